@@ -1,0 +1,21 @@
+# Every third-party dependency is a Debian 12 package installed by scripts/bootstrap.
+find_package(Boost 1.81 EXACT REQUIRED COMPONENTS json url)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(GTest REQUIRED)
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+find_package(OpenSSL REQUIRED)
+pkg_check_modules(SECCOMP REQUIRED IMPORTED_TARGET libseccomp)
+pkg_check_modules(LIBCAP REQUIRED IMPORTED_TARGET libcap)
+pkg_check_modules(LIBNL REQUIRED IMPORTED_TARGET libnl-3.0 libnl-route-3.0)
+pkg_check_modules(LIBARCHIVE REQUIRED IMPORTED_TARGET libarchive)
+if(MAF_BENCH AND NOT MAF_UNIT_ONLY)
+  find_package(benchmark REQUIRED)
+endif()
+
+# Boost.Asio's coroutine support and one-TU-per-heavy-header discipline: keep these definitions
+# identical in every target so precompiled headers and ccache entries are shared.
+add_library(maf_boost INTERFACE)
+target_link_libraries(maf_boost INTERFACE Boost::headers Boost::json Threads::Threads)
+target_compile_definitions(maf_boost INTERFACE BOOST_ASIO_NO_DEPRECATED BOOST_ASIO_DISABLE_BOOST_COROUTINE)

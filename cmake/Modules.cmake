@@ -1,0 +1,36 @@
+# Shared warning and sanitizer flags for every project target.
+add_library(maf_flags INTERFACE)
+target_compile_options(maf_flags INTERFACE -Wall -Wextra -Wpedantic)
+if(MAF_WERROR)
+  target_compile_options(maf_flags INTERFACE -Werror)
+endif()
+if(MAF_SANITIZE)
+  target_compile_options(maf_flags INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
+                                             -fno-sanitize-recover=undefined)
+  target_link_options(maf_flags INTERFACE -fsanitize=address,undefined)
+endif()
+
+# maf_library(NAME folder DEPS ...): a static library from src/<folder>/*.cpp with the public
+# headers under include/.
+function(maf_library name)
+  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  list(FILTER sources EXCLUDE REGEX ".*/main\\.cpp$")
+  add_library(${name} STATIC ${sources})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(${name} PUBLIC maf_flags ${ARG_DEPS})
+endfunction()
+
+# maf_tests(NAME LABELS ... DEPS ...): one GoogleTest executable from this folder's *.cpp,
+# registered with CTest test by test. `unit` tests also run under the sanitizers.
+function(maf_tests name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "LABELS;DEPS" ${ARGN})
+  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  add_executable(${name} ${sources})
+  target_link_libraries(${name} PRIVATE maf_flags ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                       DISCOVERY_TIMEOUT 60)
+endfunction()
