@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "maf_sandbox/core/vocabulary.hpp"
 
@@ -157,6 +159,23 @@ private:
 MAF_SANDBOX_ERROR(NotImplemented, Error);
 // A backend's close could not release everything it holds.
 MAF_SANDBOX_ERROR(CloseError, Error);
+
+// A conformance suite's assert_* found failing probes (conformance.hpp). Carries every result of
+// the run, skips included, so a caller can print the whole table.
+struct ProbeResult;
+class ConformanceFailure : public Error {
+public:
+    ConformanceFailure(const std::string& message, std::string suite,
+                       std::shared_ptr<const std::vector<ProbeResult>> results)
+        : Error(message), suite_(std::move(suite)), results_(std::move(results)) {}
+    std::string_view type_name() const noexcept override { return "ConformanceFailure"; }
+    const std::string& suite() const noexcept { return suite_; }
+    const std::vector<ProbeResult>& results() const noexcept { return *results_; }
+
+private:
+    std::string suite_;
+    std::shared_ptr<const std::vector<ProbeResult>> results_;
+};
 
 // A system call failed. Keeps errno and says what we were doing and what the user can do.
 class SystemError : public Error {

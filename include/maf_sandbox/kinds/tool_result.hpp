@@ -1,0 +1,73 @@
+// What a kind's tool call hands back to its host (and, through the MCP server, to a model): which
+// backend, rung and egress mode produced it, the program's own output, what landed, and, when the
+// call could not complete, one fixed actionable sentence. Details never travel here; they go to the
+// host's log.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "maf_sandbox/core/vocabulary.hpp"
+
+namespace maf_sandbox::kinds {
+
+// Who is calling, read from the host's request context for every call. Tool arguments never
+// reach it, so no model input can choose or change a sandbox key.
+struct CallerContext {
+    std::string scope;
+    // Unset or empty: the call is not bound to a conversation and is refused.
+    std::optional<std::string> thread_id;
+    std::string agent_dir;
+};
+
+// Lets the host classify a result: which backend ran it, at which rung, with which egress.
+struct ResultProvenance {
+    std::string backend;
+    Isolation isolation = Isolation::none;
+    Egress egress = Egress::closed;
+};
+
+// The program's own streams (text views, invalid UTF-8 replaced) and exit code.
+struct ProgramOutput {
+    std::string stdout_text;
+    std::string stderr_text;
+    int exit_code = 0;
+};
+
+// Why a call did not complete normally.
+enum class CallFailure {
+    none,
+    refused,         // the model's input was refused (unbound call, name not in store, caps)
+    output_over_cap, // the program wrote more than the output cap: refused, head shown
+    timed_out,       // the program overran the configured timeout
+    infrastructure,  // the sandbox or the host failed; details are in the log
+};
+
+struct ToolResult {
+    ResultProvenance provenance;
+    CallFailure failure = CallFailure::none;
+    // The fixed sentence for a failure; empty when the call completed.
+    std::string message;
+    // Present when the program ran (also when its outputs could not be landed, or its output went
+    // over the cap: then the streams hold the head that arrived).
+    std::optional<ProgramOutput> program;
+    // For output_over_cap: bytes the program wrote beyond the head shown.
+    std::size_t dropped_bytes = 0;
+    // One display line per landed output ("summary.json (120 bytes)"); never a host path.
+    std::vector<std::string> landed;
+
+    // False for a program that ran to completion, whatever its exit code.
+    bool is_error() const { return failure != CallFailure::none; }
+    // The text a model reads: the failure sentence (if any), the program's exit code and streams,
+    // the landed outputs and a closing provenance line.
+    std::string text() const;
+};
+
+// Progress of one call, for hosts that report it (MCP progress notifications). `progress` grows
+// monotonically; `total` is the number of steps when known.
+using ProgressReporter =
+    std::function<void(double progress, std::optional<double> total, std::string message)>;
+
+}  // namespace maf_sandbox::kinds

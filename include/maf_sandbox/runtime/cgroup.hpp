@@ -1,0 +1,156 @@
+// Resource limits and whole-tree kill through cgroups, behind one interface with a v1 and a v2
+// implementation. The layout is detected with statfs("/sys/fs/cgroup"): a tmpfs there means v1 or
+// hybrid (this machine: memory, pids, cpu and freezer are v1), cgroup2 means pure v2.
+//
+// A sandbox's cgroups are created beneath the creating process's own cgroup in each hierarchy
+// (read from /proc/self/cgroup), so accounting stays hierarchical. The sandbox's cgroup in the
+// hierarchies that track processes (v1: pids and freezer; v2: the one directory) is delegated to
+// the sandbox's root user, so the supervisor can put each exec in a child cgroup and kill that
+// exec's whole tree without touching the host.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "maf_sandbox/runtime/unique_fd.hpp"
+
+namespace maf_sandbox::runtime {
+
+enum class CgroupLayout { v1, v2 };
+
+// Where the cgroup filesystems live; tests never change it, other hosts might.
+inline constexpr const char* kCgroupRoot = "/sys/fs/cgroup";
+
+// Throws SystemError when /sys/fs/cgroup is neither a tmpfs of v1 hierarchies nor cgroup2.
+CgroupLayout detect_cgroup_layout();
+
+struct CgroupLimits {
+    std::uint64_t memory_bytes = 0;  // 0 = unlimited; swap is limited to the same total
+    std::uint64_t pids = 0;          // 0 = unlimited
+    double cpus = 0.0;               // 0 = unlimited; 1.5 = one and a half CPUs of quota
+};
+
+// The cgroups of one sandbox, on the host side. Not RAII by itself: a sandbox outlives the
+// process that created it, so destroy() is explicit (SandboxProcess and gc call it).
+class SandboxCgroup {
+public:
+    virtual ~SandboxCgroup() = default;
+
+    // Creates `name` beneath this process's cgroup in every needed hierarchy, writes the limits
+    // and delegates the process-tracking directories to `delegate_uid`/`delegate_gid`. Throws
+    // SandboxCapabilityNotSupported naming the limit when one cannot be enforced here (a
+    // controller missing, memory+swap accounting off while swap is on), SystemError otherwise.
+    // Nothing is left behind on failure.
+    static std::unique_ptr<SandboxCgroup> create(std::string_view name, const CgroupLimits& limits,
+                                                 uid_t delegate_uid, gid_t delegate_gid);
+
+    // Re-attaches to directories recorded earlier (another process, gc).
+    static std::unique_ptr<SandboxCgroup> attach(CgroupLayout layout,
+                                                 std::vector<std::filesystem::path> paths);
+
+    virtual CgroupLayout layout() const = 0;
+    // Every directory this sandbox owns, for the record (removed by destroy or gc).
+    virtual std::vector<std::filesystem::path> paths() const = 0;
+    // The cgroup.procs files a new process writes "0" into to join the sandbox.
+    virtual std::vector<std::filesystem::path> join_files() const = 0;
+    // The directories the supervisor creates per-exec children in.
+    virtual std::vector<std::filesystem::path> delegated_dirs() const = 0;
+
+    // How many times the kernel's OOM killer fired inside the sandbox (0 when not reported).
+    virtual std::uint64_t oom_kills() const = 0;
+
+    // Kills every process in the sandbox's cgroups and their descendants, and waits until they
+    // are empty. Throws SystemError when processes survive a few seconds of SIGKILL.
+    virtual void kill_all() = 0;
+    // kill_all, then removes every directory (children first). Missing is success.
+    virtual void destroy() = 0;
+};
+
+// Inside the supervisor: the delegated directories opened as fds before the sandbox's root is
+// entered, and the per-exec child cgroups made in them.
+class ExecCgroupParent {
+public:
+    ExecCgroupParent() = default;
+    ExecCgroupParent(CgroupLayout layout, std::vector<UniqueFd> dirs)
+        : layout_(layout), dirs_(std::move(dirs)) {}
+
+    // Opens the directories (O_PATH is not enough for mkdirat: plain O_DIRECTORY).
+    static ExecCgroupParent open(CgroupLayout layout,
+                                 const std::vector<std::filesystem::path>& dirs);
+
+    bool empty() const noexcept { return dirs_.empty(); }
+
+    // One exec's child cgroup in every delegated hierarchy.
+    class Child {
+    public:
+        Child() = default;
+        Child(CgroupLayout layout, std::vector<UniqueFd> dirs, std::vector<UniqueFd> procs,
+              std::string name, std::vector<int> parent_dirs)
+            : layout_(layout),
+              dirs_(std::move(dirs)),
+              procs_(std::move(procs)),
+              name_(std::move(name)),
+              parent_dirs_(std::move(parent_dirs)) {}
+
+        // Async-signal-safe: writes "0" to each cgroup.procs (for a freshly forked child).
+        bool join_self() const noexcept;
+        // Kills every process in the child cgroup (freeze, SIGKILL each, thaw, repeat) until it is
+        // empty or `max_rounds` rounds passed. Returns true when empty.
+        bool kill_all(int max_rounds = 200) const;
+        // True when no process is left in it.
+        bool empty() const;
+        // rmdir in every hierarchy; false when still populated.
+        bool remove() const;
+        const std::string& name() const noexcept { return name_; }
+
+    private:
+        CgroupLayout layout_ = CgroupLayout::v1;
+        std::vector<UniqueFd> dirs_;
+        std::vector<UniqueFd> procs_;
+        std::string name_;
+        std::vector<int> parent_dirs_;  // borrowed from the ExecCgroupParent, for rmdir
+    };
+
+    // Creates `name` in every delegated directory. Throws SystemError.
+    Child make_child(const std::string& name) const;
+    // Removes empty children left by earlier execs whose background processes have since ended.
+    void remove_empty_children() const;
+
+    const std::vector<UniqueFd>& dirs() const noexcept { return dirs_; }
+    CgroupLayout layout() const noexcept { return layout_; }
+
+private:
+    CgroupLayout layout_ = CgroupLayout::v1;
+    std::vector<UniqueFd> dirs_;
+};
+
+namespace cgroup_detail {
+// Shared by both layouts: the pids listed in a cgroup.procs file (in the reader's namespace).
+std::vector<pid_t> read_procs(int dir_fd);
+std::vector<pid_t> read_procs(const std::filesystem::path& dir);
+// Writes a whole string to a file under `dir`. Throws SystemError naming the file.
+void write_file(const std::filesystem::path& file, std::string_view value);
+std::optional<std::string> read_small_file(const std::filesystem::path& file);
+// This process's cgroup path in the v1 hierarchy holding `controller` ("" for the v2 line).
+std::string own_cgroup(std::string_view controller);
+// rmdir with retries: the kernel releases a cgroup a few milliseconds after its last process.
+bool remove_dir_retrying(const std::filesystem::path& dir);
+std::unique_ptr<SandboxCgroup> create_v1(std::string_view name, const CgroupLimits& limits,
+                                         uid_t uid, gid_t gid);
+std::unique_ptr<SandboxCgroup> attach_v1(std::vector<std::filesystem::path> paths);
+std::unique_ptr<SandboxCgroup> create_v2(std::string_view name, const CgroupLimits& limits,
+                                         uid_t uid, gid_t gid);
+std::unique_ptr<SandboxCgroup> attach_v2(std::vector<std::filesystem::path> paths);
+}  // namespace cgroup_detail
+
+std::string_view to_string(CgroupLayout layout);
+CgroupLayout parse_cgroup_layout(std::string_view text);
+
+}  // namespace maf_sandbox::runtime

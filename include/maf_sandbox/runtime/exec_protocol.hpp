@@ -1,0 +1,86 @@
+// The wire between the host and a sandbox's supervisor: one unix-socket connection per exec.
+//
+// Frames are a type byte, a 4-byte little-endian length and the payload. The host sends 'R' (the
+// request as JSON) and 'I' (the stdin bytes, raw); the supervisor answers with 'O' / 'E' chunks
+// (stdout / stderr, never more than max_output_bytes per stream in total) and one final 'X' (the
+// outcome as JSON). Output beyond the cap is drained and counted on the supervisor's side, never
+// buffered, so memory stays constant on both sides whatever the program writes. Closing the
+// connection early kills the exec's whole process tree.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <boost/json/value.hpp>
+
+namespace maf_sandbox::runtime {
+
+struct ExecCall {
+    // argv (executed directly, never through a shell; PATH from `env` is searched) or a shell
+    // command line (run with /bin/sh -c).
+    std::variant<std::vector<std::string>, std::string> command;
+    std::string cwd;                                         // absolute guest path; "" = default
+    std::vector<std::pair<std::string, std::string>> env;    // added to the image's environment
+    std::string stdin_bytes;
+    std::uint64_t max_output_bytes = 1024 * 1024;            // per stream
+    std::chrono::milliseconds timeout{60000};
+};
+
+enum class ExecStatus {
+    exited,     // the program finished; exit_code is its status (128 + N for signal N)
+    timed_out,  // the deadline passed and the whole tree was killed
+    failed,     // the supervisor could not run it (message says why)
+};
+
+struct ExecReply {
+    ExecStatus status = ExecStatus::failed;
+    int exit_code = -1;
+    std::string stdout_head;  // at most max_output_bytes
+    std::string stderr_head;
+    std::uint64_t stdout_total = 0;  // every byte the program wrote, kept or not
+    std::uint64_t stderr_total = 0;
+    std::string message;
+    std::uint64_t oom_kills = 0;  // filled in by the host from the sandbox's memory cgroup
+
+    bool truncated() const noexcept {
+        return stdout_total > stdout_head.size() || stderr_total > stderr_head.size();
+    }
+};
+
+// Runs one exec against the supervisor listening on `socket` and blocks until it finishes. The
+// supervisor enforces `call.timeout`; this side gives up `grace` later (closing the connection,
+// which kills the tree). Throws SandboxOutputUnreachable when the supervisor cannot be reached or
+// hangs up, InvalidArgument when the call itself is malformed (NUL in argv or env, a relative cwd).
+ExecReply call_exec(const std::filesystem::path& socket, const ExecCall& call,
+                    std::chrono::milliseconds grace = std::chrono::seconds(5));
+
+namespace exec_wire {
+
+inline constexpr char kRequest = 'R';
+inline constexpr char kStdin = 'I';
+inline constexpr char kStdout = 'O';
+inline constexpr char kStderr = 'E';
+inline constexpr char kResult = 'X';
+// Largest request header and stdin the supervisor accepts.
+inline constexpr std::uint32_t kMaxRequestBytes = 4u << 20;
+inline constexpr std::uint32_t kMaxStdinBytes = 1u << 30;
+
+// Blocking; EINTR-safe. write_frame returns false when the peer is gone.
+bool write_frame(int fd, char type, std::string_view payload) noexcept;
+// Reads one frame with at most `max_payload` bytes; false on EOF, error or oversize.
+bool read_frame(int fd, char& type, std::string& payload, std::uint32_t max_payload);
+
+boost::json::value to_json(const ExecCall& call);  // everything but stdin
+ExecCall exec_call_from_json(const boost::json::value& json);
+boost::json::value to_json(const ExecReply& reply);  // everything but the heads
+void apply_result_json(const boost::json::value& json, ExecReply& reply);
+
+}  // namespace exec_wire
+
+}  // namespace maf_sandbox::runtime

@@ -1,0 +1,45 @@
+// Reconciliation after crashes: removes what dead sandboxes left behind, touching only what is
+// recorded under its own registry's state directory (two state directories never disturb each
+// other).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "maf_sandbox/runtime/registry.hpp"
+
+namespace maf_sandbox::runtime {
+
+// Tears down a dead sandbox's kernel objects (cgroups, mounts) from its record's `runtime` blob.
+// Throws to report a failure; the record is then kept for the next run.
+using CleanupHook = std::function<void(const SandboxRecord&)>;
+
+// The default cleanup: rmdir of every path in runtime["cgroup_paths"] that lies under
+// /sys/fs/cgroup (deepest first, retried briefly while the kernel still reports it busy).
+void remove_recorded_cgroups(const SandboxRecord& record);
+
+struct GcOptions {
+    // Runs before the directory and the record are removed; defaults to remove_recorded_cgroups.
+    CleanupHook cleanup;
+    // A record without a supervisor (pid 0) younger than this is a create in progress: kept.
+    std::chrono::seconds creating_grace{60};
+};
+
+struct GcReport {
+    int examined = 0;
+    int alive = 0;
+    int reclaimed = 0;          // dead records removed with their leftovers
+    int orphan_dirs_removed = 0;  // sandbox directories without a record
+    int failed = 0;
+    std::vector<std::string> reclaimed_ids;
+    std::vector<std::string> errors;  // one sentence per failure, for logs
+};
+
+// For every record whose supervisor is dead (or whose pid was reused), runs the cleanup, then
+// removes the sandbox directory and the record. Never throws for one sandbox's failure: it is
+// counted and described in the report.
+GcReport reconcile(Registry& registry, const GcOptions& options = {});
+
+}  // namespace maf_sandbox::runtime

@@ -1,0 +1,81 @@
+// Creating, reaching and destroying one sandbox's kernel objects (supervisor process, cgroups,
+// state directory). A sandbox is independent of the process that created it: everything needed
+// to reach or destroy it again is in SandboxHandle, which the registry records.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+#include "maf_sandbox/runtime/cgroup.hpp"
+#include "maf_sandbox/runtime/exec_protocol.hpp"
+#include "maf_sandbox/runtime/isolation.hpp"
+#include "maf_sandbox/runtime/unique_fd.hpp"
+
+namespace maf_sandbox::runtime {
+
+struct SandboxLaunch {
+    std::string id;                     // names the cgroups (maf-sbx-<id>)
+    std::filesystem::path sandbox_dir;  // exists; the runtime keeps its files here
+    MountPlan mounts;                   // the uid/gid fields are filled in from `ids` and the guest
+    IdMapping ids = kDefaultIdMapping;
+    uid_t guest_uid = 1000;             // inside the user namespace (0 = root inside)
+    gid_t guest_gid = 1000;
+    std::vector<std::pair<std::string, std::string>> env;  // the guest's whole base environment
+    std::string default_cwd = "/";
+    std::string hostname = "sandbox";
+    CgroupLimits limits;
+    std::optional<std::chrono::seconds> idle_timeout;
+    std::optional<std::chrono::seconds> max_lifetime;
+    std::chrono::milliseconds ready_timeout{15000};
+};
+
+// Everything needed to reach a sandbox again, from any process.
+struct SandboxHandle {
+    pid_t pid = 0;                   // the supervisor (the sandbox's PID 1), host view
+    std::uint64_t start_time = 0;    // of that pid, so a reused pid is never mistaken for it
+    std::filesystem::path sandbox_dir;
+    std::filesystem::path socket;
+    CgroupLayout cgroup_layout = CgroupLayout::v1;
+    std::vector<std::filesystem::path> cgroups;
+    uid_t guest_host_uid = 0;  // the guest user as the host sees it (owner of written files)
+    gid_t guest_host_gid = 0;
+
+    // The registry record's `runtime` object ("cgroup_paths" is the key gc understands).
+    boost::json::object runtime_json() const;
+    static SandboxHandle from_runtime_json(pid_t pid, std::uint64_t start_time,
+                                           const boost::json::object& runtime);
+};
+
+// Starts the supervisor fully detached (double fork, own session and process group, already in
+// the sandbox's cgroups) and waits until it reports ready. On any failure everything made so far
+// is removed. Throws SandboxCapabilityNotSupported when a limit cannot be enforced here,
+// SystemError when the kernel refuses a step (the message carries the supervisor's reason).
+SandboxHandle launch_sandbox(const SandboxLaunch& launch);
+
+// True while the supervisor runs (pid exists, is not a zombie, start time matches).
+bool sandbox_alive(const SandboxHandle& handle);
+
+// Kills every process of the sandbox (cgroup), waits for its PID 1 to end, removes the cgroups
+// and the sandbox directory. Idempotent. Throws SystemError when something could not be removed.
+void destroy_sandbox(const SandboxHandle& handle);
+
+// /proc/<pid>/root opened O_PATH: a directory fd on the sandbox's root, for GuestFs. Throws
+// SandboxOutputUnreachable when the supervisor is gone.
+UniqueFd open_sandbox_root(const SandboxHandle& handle);
+
+// call_exec plus the OOM-kill count of this exec (from the sandbox's memory cgroup).
+ExecReply exec_in_sandbox(const SandboxHandle& handle, const ExecCall& call);
+
+// Field 22 of /proc/<pid>/stat; nullopt when the process is gone or a zombie.
+std::optional<std::uint64_t> live_process_start_time(pid_t pid);
+
+}  // namespace maf_sandbox::runtime

@@ -1,0 +1,57 @@
+// The resident supervisor of one sandbox: the `maf-sandbox-supervisor` executable.
+//
+// Launched detached by SandboxProcess (own session, already inside the sandbox's cgroups) with
+// the path of its JSON config as argv[1] and a ready pipe as fd 3. Its host-side half builds the
+// root filesystem in a private mount namespace, binds the exec socket and clones PID 1 of the new
+// user, mount, PID, IPC, UTS, network and cgroup namespaces, then exits. PID 1 pivots into the
+// root, reports "ready" (or "error: ...") on the pipe and serves execs until its idle timeout or
+// absolute lifetime expires, when it exits and the kernel ends every process of the sandbox.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/json/value.hpp>
+
+#include "maf_sandbox/runtime/cgroup.hpp"
+#include "maf_sandbox/runtime/isolation.hpp"
+
+namespace maf_sandbox::runtime {
+
+// The fd the ready pipe arrives on.
+inline constexpr int kReadyFd = 3;
+
+struct SupervisorConfig {
+    std::string id;
+    std::filesystem::path sandbox_dir;  // host path; the root and the socket live here
+    std::filesystem::path socket_path;
+    MountPlan mounts;
+    IdMapping ids;
+    uid_t guest_uid = 0;  // inside the user namespace
+    gid_t guest_gid = 0;
+    std::vector<std::pair<std::string, std::string>> base_env;  // the guest's whole environment
+    std::string default_cwd = "/";
+    std::string hostname = "sandbox";
+    CgroupLayout cgroup_layout = CgroupLayout::v1;
+    std::vector<std::filesystem::path> delegated_cgroups;
+    std::optional<std::chrono::seconds> idle_timeout;
+    std::optional<std::chrono::seconds> max_lifetime;
+};
+
+boost::json::value to_json(const SupervisorConfig& config);
+SupervisorConfig supervisor_config_from_json(const boost::json::value& json);
+
+// The whole program: returns its exit status.
+int supervisor_main(int argc, char** argv);
+
+// Where the supervisor executable is: $MAF_SANDBOX_SUPERVISOR, else next to the running
+// executable, else where the build put it. Throws SandboxCapabilityNotSupported when none exists.
+std::filesystem::path supervisor_executable();
+
+}  // namespace maf_sandbox::runtime

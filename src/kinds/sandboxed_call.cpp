@@ -1,0 +1,264 @@
+#include "sandboxed_call.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/logger.h>
+
+#include <algorithm>
+#include <boost/asio/this_coro.hpp>
+#include <exception>
+
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/paths.hpp"
+#include "maf_sandbox/core/utf8.hpp"
+
+// GCC 12 misreads Asio's recycling coroutine-frame allocator (aligned_new paired with the frame's
+// sized operator delete) as a mismatch once the frame's new is inlined: a known false positive.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace maf_sandbox::kinds::detail {
+namespace {
+
+constexpr std::size_t kEchoLimit = 120;
+constexpr Seconds kCancelledCleanupBound{2.0};
+
+constexpr const char* kNoBackend =
+    "No sandbox backend is configured on this server, so nothing can run. Ask the operator to "
+    "configure a backend.";
+constexpr const char* kPolicyRefused =
+    "The sandbox is unavailable: the server's sandbox policy does not allow this workload on its "
+    "backend. Do not retry; ask the operator (the reason is in the server's log).";
+constexpr const char* kAcquireFailed =
+    "The sandbox is unavailable right now: the backend could not provide one. Try again shortly; "
+    "if it keeps failing, ask the operator (the reason is in the server's log).";
+constexpr const char* kUnbound =
+    "This call is not bound to a conversation, so no sandbox can be chosen for it. Call the tool "
+    "from within a session.";
+constexpr const char* kExecFailed =
+    "The sandbox failed while running the program (not the program itself). Try again; if it keeps "
+    "failing, ask the operator (the reason is in the server's log).";
+constexpr const char* kCallFailed =
+    "The call failed inside the sandbox host. Try again; if it keeps failing, ask the operator (the "
+    "reason is in the server's log).";
+
+std::string describe(const std::exception_ptr& error) {
+    try {
+        std::rethrow_exception(error);
+    } catch (const Error& e) {
+        return fmt::format("{}: {}", e.type_name(), e.what());
+    } catch (const std::exception& e) {
+        return e.what();
+    } catch (...) {
+        return "an exception of unknown type";
+    }
+}
+
+std::string acquire_sentence(const std::exception_ptr& error) {
+    try {
+        std::rethrow_exception(error);
+    } catch (const NoSandboxBackend&) {
+        return kNoBackend;
+    } catch (const PolicyRefusal&) {
+        return kPolicyRefused;
+    } catch (const SandboxCapabilityNotSupported&) {
+        return kPolicyRefused;
+    } catch (const SandboxOsFamilyNotSupported&) {
+        return kPolicyRefused;
+    } catch (const SandboxIsolationScopeNotSupported&) {
+        return kPolicyRefused;
+    } catch (...) {
+        return kAcquireFailed;
+    }
+}
+
+Task<bool> cancelled() {
+    auto state = co_await boost::asio::this_coro::cancellation_state;
+    co_return state.cancelled() != boost::asio::cancellation_type::none;
+}
+
+void report(const ProgressReporter& progress, double step, std::string message) {
+    if (progress) {
+        progress(step, 4.0, std::move(message));
+    }
+}
+
+// The finally of a call: reclaim (or dispose) the call directory, and dispose a call-scoped
+// sandbox. Never throws; failures go to the log.
+Task<void> clean_up(const KindBinding& binding, const CallSite& site, bool was_cancelled) {
+    const auto timeout = was_cancelled ? std::min(binding.cleanup_timeout, kCancelledCleanupBound)
+                                       : binding.cleanup_timeout;
+    try {
+        auto reason = co_await binding.router->cleanup_call(site.sandbox, site.key, binding.spec,
+                                                            site.call_path, timeout);
+        if (reason) {
+            binding.log->warn("{}: the call directory {} was not cleaned up: {}",
+                              binding.tool_name, site.call_path, *reason);
+        }
+        const auto scope = stronger(binding.router->min_isolation_scope(),
+                                    binding.spec->isolation_scope);
+        if (scope == IsolationScope::call) {
+            const bool done = co_await binding.router->dispose_kind(site.key, binding.spec->kind,
+                                                                    timeout);
+            if (!done) {
+                binding.log->warn("{}: the call-scoped sandbox of call {} was not disposed",
+                                  binding.tool_name, site.key.call_id);
+            }
+        }
+    } catch (...) {
+        binding.log->warn("{}: cleaning up call {} failed: {}", binding.tool_name, site.call_path,
+                          describe(std::current_exception()));
+    }
+}
+
+}  // namespace
+
+std::string bounded_echo(std::string_view text) {
+    auto clean = replace_invalid_utf8(text);
+    if (clean.size() <= kEchoLimit) {
+        return clean;
+    }
+    // Cut on a code point boundary so the echo stays valid UTF-8.
+    std::size_t cut = kEchoLimit;
+    while (cut > 0 && (static_cast<unsigned char>(clean[cut]) & 0xC0) == 0x80) {
+        --cut;
+    }
+    return clean.substr(0, cut) + " (truncated)";
+}
+
+ResultProvenance provenance_of(const KindBinding& binding) {
+    ResultProvenance provenance;
+    provenance.egress = binding.spec->egress;
+    if (const auto& backend = binding.router->backend()) {
+        provenance.backend = backend->name();
+        provenance.isolation = backend->isolation();
+    } else {
+        provenance.backend = "none";
+    }
+    return provenance;
+}
+
+ToolResult failed(const KindBinding& binding, CallFailure failure, std::string message) {
+    ToolResult result;
+    result.provenance = provenance_of(binding);
+    result.failure = failure;
+    result.message = std::move(message);
+    return result;
+}
+
+std::optional<SandboxKey> key_for(const CallerContext& caller) {
+    if (!caller.thread_id || caller.thread_id->empty()) {
+        return std::nullopt;
+    }
+    SandboxKey key;
+    key.scope = caller.scope;
+    key.thread_id = *caller.thread_id;
+    key.agent_dir = caller.agent_dir;
+    return key;
+}
+
+ToolResult unbound_call_refusal(const KindBinding& binding) {
+    return failed(binding, CallFailure::refused, kUnbound);
+}
+
+Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey key, CallBody body,
+                                       const ProgressReporter& progress) {
+    // One random id names the call: its guest directory and, at call scope, its key.
+    const auto call_id = guest_call_path("/").substr(1);
+    key.call_id = call_id;
+
+    report(progress, 0.0, "acquiring the sandbox");
+    CallSite site;
+    site.key = key;
+    std::exception_ptr acquire_error;
+    try {
+        site.sandbox = co_await binding.router->acquire(key, binding.spec);
+    } catch (...) {
+        acquire_error = std::current_exception();
+    }
+    if (acquire_error) {
+        if (co_await cancelled()) {
+            std::rethrow_exception(acquire_error);
+        }
+        binding.log->error("{}: acquiring a sandbox failed: {}", binding.tool_name,
+                           describe(acquire_error));
+        co_return failed(binding, CallFailure::infrastructure, acquire_sentence(acquire_error));
+    }
+    const auto work_dir =
+        binding.spec->work_dir ? *binding.spec->work_dir : site.sandbox->base_directory();
+    site.call_path = join_guest_path(normpath(work_dir), call_id);
+
+    ToolResult result;
+    result.provenance = provenance_of(binding);
+    std::exception_ptr body_error;
+    try {
+        co_await body(site, result);
+    } catch (...) {
+        body_error = std::current_exception();
+    }
+    // The finally: runs on success, failure and cancellation alike.
+    const bool was_cancelled = co_await cancelled();
+    if (was_cancelled) {
+        // A fresh cancellation state, so the cleanup's own operations are not aborted at once.
+        co_await boost::asio::this_coro::reset_cancellation_state();
+    }
+    report(progress, 3.0, "cleaning up the call directory");
+    co_await clean_up(binding, site, was_cancelled);
+    if (body_error) {
+        if (was_cancelled) {
+            std::rethrow_exception(body_error);
+        }
+        binding.log->error("{}: the call failed: {}", binding.tool_name, describe(body_error));
+        auto failure = failed(binding, CallFailure::infrastructure, kCallFailed);
+        failure.program = std::move(result.program);
+        co_return failure;
+    }
+    report(progress, 4.0, "done");
+    co_return result;
+}
+
+Task<bool> run_program(const KindBinding& binding, CallSite& site, Command command,
+                       ToolResult& result) {
+    ExecRequest request;
+    request.command = std::move(command);
+    request.working_directory = site.call_path;
+    request.timeout = binding.timeout;
+    request.max_output_bytes = binding.max_output_bytes;
+    std::exception_ptr error;
+    try {
+        auto outcome = co_await site.sandbox->exec(std::move(request));
+        result.program = ProgramOutput{outcome.stdout_text(), outcome.stderr_text(),
+                                       outcome.exit_code};
+        co_return true;
+    } catch (const ExecOutputLimitExceeded& over) {
+        const auto shown = over.stdout_head().size() + over.stderr_head().size();
+        result.failure = CallFailure::output_over_cap;
+        result.dropped_bytes = over.total_bytes() > shown ? over.total_bytes() - shown : 0;
+        result.message = fmt::format(
+            "The program's output went over the {}-byte limit per stream and was refused, not "
+            "truncated: {} bytes were dropped; the head that arrived is shown below. Print less, "
+            "or write large results to a file.",
+            binding.max_output_bytes, result.dropped_bytes);
+        result.program = ProgramOutput{replace_invalid_utf8(over.stdout_head()),
+                                       replace_invalid_utf8(over.stderr_head()), over.exit_code()};
+        co_return false;
+    } catch (const Timeout&) {
+        result.failure = CallFailure::timed_out;
+        result.message = fmt::format(
+            "The program did not finish within {:g} seconds and was stopped. Make it do less work "
+            "per call, or ask the operator for a longer timeout.",
+            binding.timeout.count());
+        co_return false;
+    } catch (...) {
+        error = std::current_exception();
+    }
+    if (co_await cancelled()) {
+        std::rethrow_exception(error);
+    }
+    binding.log->error("{}: exec failed: {}", binding.tool_name, describe(error));
+    result.failure = CallFailure::infrastructure;
+    result.message = kExecFailed;
+    co_return false;
+}
+
+}  // namespace maf_sandbox::kinds::detail

@@ -1,0 +1,68 @@
+// The call discipline both kinds share (private to src/kinds): the key from the host context, the
+// per-call guest directory, acquire through the router with failures turned into fixed sentences,
+// the program run with its own output bounded, and the cleanup in a finally.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "maf_sandbox/core/router.hpp"
+#include "maf_sandbox/core/sandbox.hpp"
+#include "maf_sandbox/kinds/tool_result.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace maf_sandbox::kinds::detail {
+
+// One tool's binding: host configuration only, fixed for the tool's life.
+struct KindBinding {
+    std::shared_ptr<SandboxRouter> router;
+    SandboxSpec spec;
+    Seconds timeout;
+    std::uint64_t max_output_bytes;
+    Seconds cleanup_timeout;
+    std::shared_ptr<spdlog::logger> log;
+    std::string tool_name;
+};
+
+// What one call works in once its sandbox is acquired.
+struct CallSite {
+    SandboxKey key;
+    std::shared_ptr<Sandbox> sandbox;
+    std::string call_path;  // `{work_dir}/{12 hex}`, absolute
+};
+
+// Echoes a model- or guest-chosen string in a refusal: at most 120 characters, then
+// " (truncated)".
+std::string bounded_echo(std::string_view text);
+
+ResultProvenance provenance_of(const KindBinding& binding);
+
+// A result carrying only a failure sentence.
+ToolResult failed(const KindBinding& binding, CallFailure failure, std::string message);
+
+// The call's key, or a refusal when the host context binds no conversation.
+std::optional<SandboxKey> key_for(const CallerContext& caller);
+ToolResult unbound_call_refusal(const KindBinding& binding);
+
+using CallBody = std::function<Task<void>(CallSite&, ToolResult&)>;
+
+// Allocates the call directory, acquires (failures become fixed sentences, details to the log),
+// runs `body`, and then ALWAYS runs the router's cleanup_call (reclaim, or dispose where the
+// backend withholds reclaim) and, at isolation scope `call`, disposes the call's sandbox. A
+// cancelled call is cleaned up within min(cleanup_timeout, 2 s) and its cancellation rethrown.
+Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey key, CallBody body,
+                                       const ProgressReporter& progress);
+
+// Runs one program in the call directory with the binding's timeout and output cap and fills
+// `result`: the program's own streams and exit code, or a fixed sentence for a timeout, an
+// over-cap output (head shown, dropped bytes counted) or a sandbox failure. Returns true when
+// the program ran to completion (whatever its exit code).
+Task<bool> run_program(const KindBinding& binding, CallSite& site, Command command,
+                       ToolResult& result);
+
+}  // namespace maf_sandbox::kinds::detail

@@ -1,0 +1,358 @@
+#include "maf_sandbox/net/http_server.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+#include <fmt/format.h>
+#include <map>
+#include <mutex>
+
+#include "tls_context.hpp"
+#include "wire.hpp"
+
+namespace maf_sandbox::net {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint32_t kMaxRequestHeaderBytes = 64 * 1024;
+
+std::chrono::steady_clock::duration to_duration(Seconds s) {
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(s);
+}
+
+HttpResponse plain_error(int status, std::string text) {
+    HttpResponse response;
+    response.status = status;
+    response.headers.set("Content-Type", "text/plain; charset=utf-8");
+    response.body = std::move(text);
+    return response;
+}
+
+http::response<http::string_body> to_wire(HttpResponse response, bool keep_alive,
+                                          bool head_request) {
+    http::response<http::string_body> wire;
+    wire.version(11);
+    wire.result(static_cast<unsigned>(response.status));
+    detail::copy_headers(response.headers, wire);
+    const auto size = response.body.size();
+    if (!head_request) {
+        wire.body() = std::move(response.body);
+        wire.prepare_payload();
+    } else {
+        wire.content_length(size);
+    }
+    wire.keep_alive(keep_alive);
+    return wire;
+}
+
+// The status line, headers and half the body of `response`, as bytes: what a connection dropped
+// mid-response leaves behind.
+std::string truncated_bytes(const HttpResponse& response) {
+    auto body = response.body.empty() ? std::string("{\"partial\":") : response.body;
+    std::string out = fmt::format("HTTP/1.1 {} Fault\r\n", response.status);
+    for (const auto& [name, value] : response.headers) {
+        if (!iequals(name, "content-length")) {
+            out += fmt::format("{}: {}\r\n", name, value);
+        }
+    }
+    out += fmt::format("Content-Length: {}\r\n\r\n", body.size() * 2);
+    out += body.substr(0, std::max<std::size_t>(1, body.size() / 2));
+    return out;
+}
+
+}  // namespace
+
+struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
+    Impl(asio::any_io_executor ex, HttpServerOptions opts, HttpHandler h)
+        : executor(std::move(ex)),
+          options(std::move(opts)),
+          handler(std::move(h)),
+          acceptor(executor) {
+        if (options.tls) {
+            ssl.emplace(detail::make_server_context(*options.tls));
+        }
+    }
+
+    struct SessionState {
+        beast::tcp_stream* tcp = nullptr;
+        bool busy = false;
+    };
+
+    asio::any_io_executor executor;
+    HttpServerOptions options;
+    HttpHandler handler;
+    std::optional<asio::ssl::context> ssl;
+    tcp::acceptor acceptor;
+    std::uint16_t bound_port = 0;
+
+    mutable std::mutex mutex;
+    bool stopping = false;
+    std::size_t in_flight = 0;
+    std::uint64_t next_session = 0;
+    std::map<std::uint64_t, SessionState> sessions;
+
+    void close_sessions(bool idle_only) {
+        std::lock_guard lock(mutex);
+        for (auto& [id, state] : sessions) {
+            if (!idle_only || !state.busy) {
+                boost::system::error_code ec;
+                state.tcp->socket().shutdown(tcp::socket::shutdown_both, ec);
+                state.tcp->socket().close(ec);
+            }
+        }
+    }
+
+    Task<void> accept_loop() {
+        auto self = shared_from_this();
+        for (;;) {
+            boost::system::error_code ec;
+            auto socket =
+                co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+            if (ec) {
+                {
+                    std::lock_guard lock(mutex);
+                    if (stopping || !acceptor.is_open()) {
+                        co_return;
+                    }
+                }
+                // Out of descriptors or a transient error: back off instead of spinning.
+                asio::steady_timer pause(executor, std::chrono::milliseconds(50));
+                co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+                continue;
+            }
+            asio::co_spawn(executor, session(std::move(socket)), asio::detached);
+        }
+    }
+
+    Task<void> session(tcp::socket socket) {
+        auto self = shared_from_this();
+        try {
+            boost::system::error_code ec;
+            socket.set_option(tcp::no_delay(true), ec);
+            beast::tcp_stream stream(std::move(socket));
+            if (ssl) {
+                TlsStream tls(std::move(stream), *ssl);
+                beast::get_lowest_layer(tls).expires_after(to_duration(options.read_timeout));
+                co_await tls.async_handshake(asio::ssl::stream_base::server,
+                                             asio::redirect_error(asio::use_awaitable, ec));
+                if (ec) {
+                    co_return;  // a client that failed verification or went away
+                }
+                co_await serve(tls, beast::get_lowest_layer(tls));
+            } else {
+                co_await serve(stream, stream);
+            }
+        } catch (const std::exception&) {
+            // One broken connection never takes the server down.
+        }
+    }
+
+    // Registers the connection so stop() can close it while it waits for a request.
+    struct Registration {
+        Impl& impl;
+        std::uint64_t id;
+        Registration(Impl& i, beast::tcp_stream& tcp) : impl(i) {
+            std::lock_guard lock(impl.mutex);
+            id = impl.next_session++;
+            impl.sessions[id] = SessionState{&tcp, false};
+        }
+        ~Registration() {
+            std::lock_guard lock(impl.mutex);
+            impl.sessions.erase(id);
+        }
+        void busy(bool value) {
+            std::lock_guard lock(impl.mutex);
+            impl.sessions[id].busy = value;
+            impl.in_flight += value ? 1 : static_cast<std::size_t>(-1);
+        }
+    };
+
+    template <typename Stream>
+    Task<void> write_response(Stream& stream, beast::tcp_stream& tcp, HttpResponse response,
+                              bool keep_alive, bool head, boost::system::error_code& ec) {
+        auto wire = to_wire(std::move(response), keep_alive, head);
+        tcp.expires_after(to_duration(options.read_timeout));
+        if (head) {
+            http::response_serializer<http::string_body> serializer(wire);
+            serializer.split(true);
+            co_await http::async_write_header(stream, serializer,
+                                              asio::redirect_error(asio::use_awaitable, ec));
+        } else {
+            co_await http::async_write(stream, wire, asio::redirect_error(asio::use_awaitable, ec));
+        }
+    }
+
+    template <typename Stream>
+    Task<void> serve(Stream& stream, beast::tcp_stream& tcp) {
+        Registration registration(*this, tcp);
+        beast::flat_buffer buffer;
+        for (;;) {
+            {
+                std::lock_guard lock(mutex);
+                if (stopping) {
+                    break;
+                }
+            }
+            boost::system::error_code ec;
+            http::request_parser<http::string_body> parser;
+            parser.header_limit(kMaxRequestHeaderBytes);
+            parser.body_limit(options.max_request_body_bytes);
+            tcp.expires_after(to_duration(options.idle_timeout));
+            co_await http::async_read_header(stream, buffer, parser,
+                                             asio::redirect_error(asio::use_awaitable, ec));
+            if (ec) {
+                if (ec == http::error::header_limit) {
+                    co_await write_response(stream, tcp,
+                                            plain_error(431, "request headers too large\n"), false,
+                                            false, ec);
+                }
+                break;
+            }
+            registration.busy(true);
+            struct Idle {
+                Registration& r;
+                ~Idle() { r.busy(false); }
+            } idle{registration};
+
+            tcp.expires_after(to_duration(options.read_timeout));
+            co_await http::async_read(stream, buffer, parser,
+                                      asio::redirect_error(asio::use_awaitable, ec));
+            if (ec) {
+                if (ec == http::error::body_limit) {
+                    co_await write_response(
+                        stream, tcp,
+                        plain_error(413, fmt::format("request body over {} bytes\n",
+                                                     options.max_request_body_bytes)),
+                        false, false, ec);
+                }
+                break;
+            }
+            auto wire = parser.release();
+            const bool head = wire.method() == http::verb::head;
+            const bool client_keep_alive = wire.keep_alive();
+            HttpRequest request;
+            request.method = std::string(wire.method_string());
+            request.target = std::string(wire.target());
+            request.headers = detail::headers_of(wire.base());
+            request.body = std::move(wire.body());
+
+            HttpResponse response;
+            std::optional<std::string> abort_bytes;
+            try {
+                response = co_await handler(std::move(request));
+            } catch (const AbortConnection& abort) {
+                abort_bytes = truncated_bytes(abort.partial());
+            } catch (const std::exception& e) {
+                response = plain_error(500, fmt::format("internal error: {}\n", e.what()));
+            }
+            if (abort_bytes) {
+                tcp.expires_after(to_duration(options.read_timeout));
+                co_await asio::async_write(stream, asio::buffer(*abort_bytes),
+                                           asio::redirect_error(asio::use_awaitable, ec));
+                break;
+            }
+            bool keep_alive = client_keep_alive;
+            {
+                std::lock_guard lock(mutex);
+                keep_alive = keep_alive && !stopping;
+            }
+            co_await write_response(stream, tcp, std::move(response), keep_alive, head, ec);
+            if (ec || !keep_alive) {
+                break;
+            }
+        }
+        boost::system::error_code ignored;
+        tcp.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    }
+};
+
+HttpServer::HttpServer(boost::asio::any_io_executor executor, HttpServerOptions options,
+                       HttpHandler handler)
+    : impl_(std::make_shared<Impl>(std::move(executor), std::move(options), std::move(handler))) {}
+
+HttpServer::~HttpServer() {
+    {
+        std::lock_guard lock(impl_->mutex);
+        impl_->stopping = true;
+    }
+    boost::system::error_code ec;
+    impl_->acceptor.close(ec);
+    impl_->close_sessions(false);
+}
+
+std::uint16_t HttpServer::start() {
+    auto& impl = *impl_;
+    boost::system::error_code ec;
+    const std::string host = impl.options.host == "localhost" ? "127.0.0.1" : impl.options.host;
+    const auto address = boost::asio::ip::make_address(host, ec);
+    if (ec) {
+        throw InvalidArgument(fmt::format(
+            "listen address '{}' is not an IP address; pass one like 127.0.0.1", host));
+    }
+    const tcp::endpoint endpoint(address, impl.options.port);
+    impl.acceptor.open(endpoint.protocol(), ec);
+    if (!ec) {
+        impl.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+        impl.acceptor.bind(endpoint, ec);
+    }
+    if (!ec) {
+        impl.acceptor.listen(boost::asio::socket_base::max_listen_connections, ec);
+    }
+    if (ec) {
+        throw SystemError(ec.value(), fmt::format("listening on {}:{}", host, impl.options.port),
+                          "choose a free port, or 0 to pick one");
+    }
+    impl.bound_port = impl.acceptor.local_endpoint().port();
+    boost::asio::co_spawn(impl.executor, impl.accept_loop(), boost::asio::detached);
+    return impl.bound_port;
+}
+
+std::uint16_t HttpServer::port() const { return impl_->bound_port; }
+
+bool HttpServer::tls() const { return impl_->ssl.has_value(); }
+
+std::size_t HttpServer::in_flight() const {
+    std::lock_guard lock(impl_->mutex);
+    return impl_->in_flight;
+}
+
+Task<void> HttpServer::stop(Seconds grace) {
+    auto impl = impl_;
+    {
+        std::lock_guard lock(impl->mutex);
+        impl->stopping = true;
+    }
+    boost::system::error_code ec;
+    impl->acceptor.close(ec);
+    impl->close_sessions(true);
+    const auto deadline = Clock::now() + to_duration(grace);
+    boost::asio::steady_timer timer(impl->executor);
+    for (;;) {
+        {
+            std::lock_guard lock(impl->mutex);
+            if (impl->in_flight == 0 || Clock::now() >= deadline) {
+                break;
+            }
+        }
+        timer.expires_after(std::chrono::milliseconds(10));
+        co_await timer.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
+    }
+    impl->close_sessions(false);
+}
+
+}  // namespace maf_sandbox::net

@@ -1,0 +1,253 @@
+// cgroup v1 (and the v1 half of a hybrid layout): one hierarchy per controller. Limits are
+// memory.limit_in_bytes (+ memory.memsw.limit_in_bytes), pids.max and cpu.cfs_quota_us; the
+// process-tracking hierarchies pids and freezer are delegated to the sandbox.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/cgroup.hpp"
+
+namespace maf_sandbox::runtime::cgroup_detail {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::uint64_t kCfsPeriodUs = 100000;
+
+fs::path controller_root(std::string_view controller) { return fs::path(kCgroupRoot) / controller; }
+
+bool controller_mounted(std::string_view controller) {
+    std::error_code ec;
+    return fs::exists(controller_root(controller) / "cgroup.procs", ec);
+}
+
+bool swap_enabled() {
+    std::ifstream swaps("/proc/swaps");
+    std::string line;
+    int lines = 0;
+    while (std::getline(swaps, line)) {
+        ++lines;
+    }
+    return lines > 1;  // the first line is the header
+}
+
+// Every cgroup directory at and below `dir`, children before parents.
+void post_order(const fs::path& dir, std::vector<fs::path>& out) {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        if (it->is_directory(ec) && !it->is_symlink(ec)) {
+            post_order(it->path(), out);
+        }
+    }
+    out.push_back(dir);
+}
+
+void chown_delegated(const fs::path& dir, uid_t uid, gid_t gid) {
+    for (const fs::path& path : {dir, dir / "cgroup.procs", dir / "tasks"}) {
+        if (::chown(path.c_str(), uid, gid) != 0) {
+            throw SystemError(errno, fmt::format("delegating {} to the sandbox", path.string()),
+                              "run as root so the runtime can hand the sandbox its own cgroup");
+        }
+    }
+}
+
+class CgroupV1 final : public SandboxCgroup {
+public:
+    explicit CgroupV1(std::vector<fs::path> paths) : paths_(std::move(paths)) {}
+
+    CgroupLayout layout() const override { return CgroupLayout::v1; }
+    std::vector<fs::path> paths() const override { return paths_; }
+
+    std::vector<fs::path> join_files() const override {
+        std::vector<fs::path> files;
+        for (const auto& path : paths_) {
+            files.push_back(path / "cgroup.procs");
+        }
+        return files;
+    }
+
+    std::vector<fs::path> delegated_dirs() const override {
+        std::vector<fs::path> dirs;
+        for (const char* controller : {"pids", "freezer"}) {
+            if (auto path = find(controller)) {
+                dirs.push_back(*path);
+            }
+        }
+        return dirs;
+    }
+
+    std::uint64_t oom_kills() const override {
+        const auto memory = find("memory");
+        if (!memory) {
+            return 0;
+        }
+        const auto text = read_small_file(*memory / "memory.oom_control");
+        if (!text) {
+            return 0;
+        }
+        const auto at = text->find("oom_kill ");
+        return at == std::string::npos ? 0 : std::stoull(text->substr(at + 9));
+    }
+
+    void kill_all() override {
+        using namespace std::chrono_literals;
+        const auto freezer = find("freezer");
+        for (int round = 0; round < 500; ++round) {
+            if (freezer) {
+                try_write(*freezer / "freezer.state", "FROZEN");
+            }
+            bool any = false;
+            for (const auto& top : paths_) {
+                std::vector<fs::path> dirs;
+                post_order(top, dirs);
+                for (const auto& dir : dirs) {
+                    for (const pid_t pid : read_procs(dir)) {
+                        ::kill(pid, SIGKILL);
+                        any = true;
+                    }
+                }
+            }
+            if (freezer) {
+                try_write(*freezer / "freezer.state", "THAWED");
+            }
+            if (!any) {
+                return;
+            }
+            std::this_thread::sleep_for(round < 20 ? 2ms : 10ms);
+        }
+        throw SystemError(EBUSY, "killing every process of a sandbox: some survived 5 s of SIGKILL",
+                          "check for processes stuck in uninterruptible sleep (state D)");
+    }
+
+    void destroy() override {
+        std::error_code ec;
+        bool any = false;
+        for (const auto& top : paths_) {
+            any = fs::exists(top, ec) || any;
+        }
+        if (!any) {
+            return;
+        }
+        kill_all();
+        for (const auto& top : paths_) {
+            if (!fs::exists(top, ec)) {
+                continue;
+            }
+            std::vector<fs::path> dirs;
+            post_order(top, dirs);
+            for (const auto& dir : dirs) {
+                if (!remove_dir_retrying(dir)) {
+                    throw SystemError(errno, fmt::format("removing cgroup {}", dir.string()),
+                                      "run `maf-sandbox gc` later; the kernel may still be releasing it");
+                }
+            }
+        }
+    }
+
+    std::optional<fs::path> find(std::string_view controller) const {
+        const auto root = controller_root(controller).string() + "/";
+        for (const auto& path : paths_) {
+            if (path.string().starts_with(root)) {
+                return path;
+            }
+        }
+        return std::nullopt;
+    }
+
+private:
+    static void try_write(const fs::path& file, std::string_view value) {
+        try {
+            write_file(file, value);
+        } catch (const SystemError&) {
+            // A freezer that cannot freeze still lets SIGKILL rounds finish the job.
+        }
+    }
+
+    std::vector<fs::path> paths_;
+};
+
+}  // namespace
+
+std::unique_ptr<SandboxCgroup> create_v1(std::string_view name, const CgroupLimits& limits, uid_t uid,
+                                         gid_t gid) {
+    // Which limits need which controller; a limit asked for on a host without its controller is
+    // refused instead of silently not enforced.
+    struct Need {
+        const char* controller;
+        bool required;
+    };
+    const Need needs[] = {{"memory", limits.memory_bytes > 0},
+                          {"pids", true},
+                          {"cpu", limits.cpus > 0},
+                          {"freezer", false}};
+    for (const auto& need : needs) {
+        if (need.required && !controller_mounted(need.controller)) {
+            throw SandboxCapabilityNotSupported(fmt::format(
+                "the cgroup v1 controller '{}' is not mounted under {}, so the sandbox's {} limit "
+                "cannot be enforced; mount it or drop the limit",
+                need.controller, kCgroupRoot, need.controller));
+        }
+    }
+    if (limits.memory_bytes > 0 && swap_enabled() &&
+        !fs::exists(controller_root("memory") / "memory.memsw.limit_in_bytes")) {
+        throw SandboxCapabilityNotSupported(
+            "swap is on but memory+swap accounting (memory.memsw.*) is off, so the sandbox's memory "
+            "limit could be bypassed through swap; boot with swapaccount=1 or turn swap off");
+    }
+
+    std::vector<fs::path> made;
+    try {
+        for (const auto& need : needs) {
+            if (!controller_mounted(need.controller)) {
+                continue;
+            }
+            const fs::path dir = controller_root(need.controller) /
+                                 fs::path(own_cgroup(need.controller)).relative_path() /
+                                 fmt::format("maf-sbx-{}", name);
+            if (::mkdir(dir.c_str(), 0755) != 0) {
+                throw SystemError(errno, fmt::format("creating cgroup {}", dir.string()),
+                                  "run as root, or delegate a cgroup subtree to this user");
+            }
+            made.push_back(dir);
+            const std::string_view controller = need.controller;
+            if (controller == "memory" && limits.memory_bytes > 0) {
+                const auto bytes = std::to_string(limits.memory_bytes);
+                write_file(dir / "memory.limit_in_bytes", bytes);
+                if (fs::exists(dir / "memory.memsw.limit_in_bytes")) {
+                    write_file(dir / "memory.memsw.limit_in_bytes", bytes);
+                }
+            } else if (controller == "pids" && limits.pids > 0) {
+                write_file(dir / "pids.max", std::to_string(limits.pids));
+            } else if (controller == "cpu" && limits.cpus > 0) {
+                const auto quota = static_cast<std::uint64_t>(std::llround(limits.cpus * kCfsPeriodUs));
+                write_file(dir / "cpu.cfs_period_us", std::to_string(kCfsPeriodUs));
+                write_file(dir / "cpu.cfs_quota_us", std::to_string(std::max<std::uint64_t>(quota, 1000)));
+            }
+            if (controller == "pids" || controller == "freezer") {
+                chown_delegated(dir, uid, gid);
+            }
+        }
+    } catch (...) {
+        for (auto it = made.rbegin(); it != made.rend(); ++it) {
+            ::rmdir(it->c_str());
+        }
+        throw;
+    }
+    return std::make_unique<CgroupV1>(std::move(made));
+}
+
+std::unique_ptr<SandboxCgroup> attach_v1(std::vector<fs::path> paths) {
+    return std::make_unique<CgroupV1>(std::move(paths));
+}
+
+}  // namespace maf_sandbox::runtime::cgroup_detail

@@ -1,0 +1,260 @@
+#include "fd_ops.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "maf_sandbox/core/errors.hpp"
+
+#if __has_include(<linux/openat2.h>)
+#include <linux/openat2.h>
+#else
+struct open_how {
+    __u64 flags;
+    __u64 mode;
+    __u64 resolve;
+};
+#define RESOLVE_NO_MAGICLINKS 0x02
+#define RESOLVE_NO_SYMLINKS 0x04
+#define RESOLVE_IN_ROOT 0x10
+#endif
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
+
+namespace maf_sandbox::runtime::detail {
+
+int open_in_root(int dirfd, const std::string& path, int flags, mode_t mode) {
+    struct open_how how {};
+    how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC);
+    how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
+    how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    const char* name = path.empty() ? "." : path.c_str();
+    // EAGAIN: a concurrent rename raced the resolution; the kernel asks us to retry.
+    for (int attempt = 0; attempt < 64; ++attempt) {
+        const long fd = ::syscall(SYS_openat2, dirfd, name, &how, sizeof how);
+        if (fd >= 0) {
+            return static_cast<int>(fd);
+        }
+        if (errno != EINTR && errno != EAGAIN) {
+            return -errno;
+        }
+    }
+    return -EAGAIN;
+}
+
+namespace {
+
+std::vector<std::string> directory_names(int dir_fd) {
+    std::vector<std::string> names;
+    const int copy = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+    if (copy < 0) {
+        throw SystemError(errno, "duplicating a directory descriptor");
+    }
+    DIR* dir = ::fdopendir(copy);
+    if (dir == nullptr) {
+        const int error = errno;
+        ::close(copy);
+        throw SystemError(error, "reading a directory");
+    }
+    ::rewinddir(dir);
+    errno = 0;
+    while (const dirent* entry = ::readdir(dir)) {
+        const std::string_view name = entry->d_name;
+        if (name != "." && name != "..") {
+            names.emplace_back(name);
+        }
+    }
+    ::closedir(dir);
+    return names;
+}
+
+void remove_tree_level(int parent_fd, const std::string& name, bool stay_on_device, dev_t device,
+                       std::string_view describe) {
+    const int raw = open_in_root(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (raw == -ENOENT) {
+        return;
+    }
+    if (raw == -ELOOP || raw == -ENOTDIR) {
+        // Not a directory (any more): unlink the name itself, never what it points to.
+        if (::unlinkat(parent_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+            throw SystemError(errno, fmt::format("removing '{}' inside {}", name, describe));
+        }
+        return;
+    }
+    if (raw < 0) {
+        throw SystemError(-raw, fmt::format("opening '{}' inside {} for removal", name, describe));
+    }
+    UniqueFd dir{raw};
+    struct stat st {};
+    if (::fstat(dir.get(), &st) != 0) {
+        throw SystemError(errno, fmt::format("inspecting '{}' inside {}", name, describe));
+    }
+    if (stay_on_device && st.st_dev != device) {
+        throw SystemError(EXDEV, fmt::format("removing '{}' inside {}: a mount is still there", name,
+                                             describe),
+                          "unmount it first (maf-sandbox gc detaches stale mounts)");
+    }
+    // New entries may appear while we work (a guest still running): retry a few rounds.
+    for (int round = 0; round < 8; ++round) {
+        for (const auto& child : directory_names(dir.get())) {
+            struct stat child_st {};
+            if (::fstatat(dir.get(), child.c_str(), &child_st, AT_SYMLINK_NOFOLLOW) != 0) {
+                if (errno == ENOENT) {
+                    continue;
+                }
+                throw SystemError(errno, fmt::format("inspecting '{}' inside {}", child, describe));
+            }
+            if (S_ISDIR(child_st.st_mode)) {
+                remove_tree_level(dir.get(), child, stay_on_device, device, describe);
+            } else if (::unlinkat(dir.get(), child.c_str(), 0) != 0) {
+                if (errno == EISDIR) {
+                    remove_tree_level(dir.get(), child, stay_on_device, device, describe);
+                } else if (errno != ENOENT) {
+                    throw SystemError(errno, fmt::format("removing '{}' inside {}", child, describe));
+                }
+            }
+        }
+        if (::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) {
+            return;
+        }
+        if (errno != ENOTEMPTY && errno != EEXIST) {
+            throw SystemError(errno, fmt::format("removing directory '{}' inside {}", name, describe));
+        }
+    }
+    throw SystemError(ENOTEMPTY, fmt::format("removing directory '{}' inside {}", name, describe),
+                      "something keeps writing into it; stop it and retry");
+}
+
+}  // namespace
+
+void remove_tree_at(int parent_fd, const std::string& name, bool stay_on_device,
+                    std::string_view describe) {
+    struct stat st {};
+    if (::fstat(parent_fd, &st) != 0) {
+        throw SystemError(errno, fmt::format("inspecting {}", describe));
+    }
+    remove_tree_level(parent_fd, name, stay_on_device, st.st_dev, describe);
+}
+
+void remove_host_tree(const std::filesystem::path& path, bool stay_on_device) {
+    const auto parent = path.parent_path();
+    const auto name = path.filename().string();
+    if (name.empty() || name == "." || name == "..") {
+        throw InvalidArgument(fmt::format("refusing to remove '{}': not a plain directory name",
+                                          path.string()));
+    }
+    UniqueFd parent_fd{::open(parent.empty() ? "." : parent.c_str(),
+                              O_PATH | O_DIRECTORY | O_CLOEXEC)};
+    if (!parent_fd) {
+        if (errno == ENOENT) {
+            return;
+        }
+        throw SystemError(errno, fmt::format("opening '{}'", parent.string()));
+    }
+    remove_tree_at(parent_fd.get(), name, stay_on_device, fmt::format("'{}'", parent.string()));
+}
+
+std::string random_hex(std::size_t bytes) {
+    std::vector<unsigned char> buffer(bytes);
+    std::size_t filled = 0;
+    while (filled < bytes) {
+        const ssize_t got = ::getrandom(buffer.data() + filled, bytes - filled, 0);
+        if (got < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            throw SystemError(errno, "reading the kernel's random source");
+        }
+        filled += static_cast<std::size_t>(got);
+    }
+    std::string text;
+    text.reserve(bytes * 2);
+    for (const unsigned char byte : buffer) {
+        text += fmt::format("{:02x}", byte);
+    }
+    return text;
+}
+
+int write_all(int fd, std::string_view data) {
+    while (!data.empty()) {
+        const ssize_t wrote = ::write(fd, data.data(), data.size());
+        if (wrote < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return errno;
+        }
+        data.remove_prefix(static_cast<std::size_t>(wrote));
+    }
+    return 0;
+}
+
+void write_file_durably(const std::filesystem::path& path, std::string_view content, mode_t mode) {
+    const auto dir = path.parent_path();
+    UniqueFd dir_fd{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+    if (!dir_fd) {
+        throw SystemError(errno, fmt::format("opening directory '{}'", dir.string()));
+    }
+    const auto name = path.filename().string();
+    const auto temp = fmt::format(".{}.tmp-{}", name, random_hex(8));
+    UniqueFd fd{::openat(dir_fd.get(), temp.c_str(),
+                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)};
+    if (!fd) {
+        throw SystemError(errno, fmt::format("creating a temporary file in '{}'", dir.string()));
+    }
+    auto fail = [&](int error, const std::string& doing) {
+        ::unlinkat(dir_fd.get(), temp.c_str(), 0);
+        throw SystemError(error, doing, "check free space and permissions on the state directory");
+    };
+    if (const int error = write_all(fd.get(), content); error != 0) {
+        fail(error, fmt::format("writing '{}'", path.string()));
+    }
+    if (::fchmod(fd.get(), mode) != 0 || ::fsync(fd.get()) != 0) {
+        fail(errno, fmt::format("syncing '{}'", path.string()));
+    }
+    fd.reset();
+    if (::renameat(dir_fd.get(), temp.c_str(), dir_fd.get(), name.c_str()) != 0) {
+        fail(errno, fmt::format("renaming a temporary file onto '{}'", path.string()));
+    }
+    // The rename is durable only once the directory itself is on disk.
+    if (::fsync(dir_fd.get()) != 0) {
+        throw SystemError(errno, fmt::format("syncing directory '{}'", dir.string()));
+    }
+}
+
+std::string read_host_file(const std::filesystem::path& path, std::size_t max_bytes) {
+    UniqueFd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
+    if (!fd) {
+        throw SystemError(errno, fmt::format("opening '{}'", path.string()));
+    }
+    std::string content;
+    char buffer[65536];
+    for (;;) {
+        const ssize_t got = ::read(fd.get(), buffer, sizeof buffer);
+        if (got < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            throw SystemError(errno, fmt::format("reading '{}'", path.string()));
+        }
+        if (got == 0) {
+            return content;
+        }
+        content.append(buffer, static_cast<std::size_t>(got));
+        if (content.size() > max_bytes) {
+            throw InvalidArgument(fmt::format("'{}' is larger than {} bytes; it is not what we expect "
+                                              "there",
+                                              path.string(), max_bytes));
+        }
+    }
+}
+
+}  // namespace maf_sandbox::runtime::detail

@@ -1,0 +1,118 @@
+#include "maf_sandbox/runtime/gc.hpp"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <thread>
+
+#include "fd_ops.hpp"
+#include "maf_sandbox/core/errors.hpp"
+
+namespace maf_sandbox::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kCgroupRoot = "/sys/fs/cgroup/";
+
+bool older_than(const fs::path& path, std::chrono::seconds age) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+        return false;
+    }
+    return std::chrono::system_clock::now() - std::chrono::system_clock::from_time_t(st.st_mtime) >=
+           age;
+}
+
+}  // namespace
+
+void remove_recorded_cgroups(const SandboxRecord& record) {
+    const auto* paths = record.runtime.if_contains("cgroup_paths");
+    if (paths == nullptr || !paths->is_array()) {
+        return;
+    }
+    std::vector<std::string> dirs;
+    for (const auto& item : paths->get_array()) {
+        if (!item.is_string()) {
+            continue;
+        }
+        const auto path = fs::path(std::string(item.get_string())).lexically_normal().string();
+        // Only cgroups: a damaged record must never make gc rmdir anything else.
+        if (path.starts_with(kCgroupRoot) && path.find("/../") == std::string::npos) {
+            dirs.push_back(path);
+        }
+    }
+    // Children before parents.
+    std::sort(dirs.begin(), dirs.end(),
+              [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+    for (const auto& dir : dirs) {
+        // A cgroup whose last process just died can stay busy for a moment.
+        for (int attempt = 0;; ++attempt) {
+            if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) {
+                break;
+            }
+            if (errno != EBUSY || attempt >= 50) {
+                throw SystemError(errno, fmt::format("removing cgroup '{}' of sandbox {}", dir,
+                                                     record.id),
+                                  "a process may still be in it; kill it and run `maf-sandbox gc` "
+                                  "again");
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    }
+}
+
+GcReport reconcile(Registry& registry, const GcOptions& options) {
+    GcReport report;
+    const auto cleanup = options.cleanup ? options.cleanup : CleanupHook(remove_recorded_cgroups);
+    const auto now = Clock::now();
+    for (const auto& record : registry.list()) {
+        ++report.examined;
+        if (Registry::is_alive(record)) {
+            ++report.alive;
+            continue;
+        }
+        if (record.supervisor.pid == 0 && now - record.created_at < options.creating_grace) {
+            ++report.alive;  // a create in progress in some process
+            continue;
+        }
+        try {
+            cleanup(record);
+            registry.remove(record.id);
+            ++report.reclaimed;
+            report.reclaimed_ids.push_back(record.id);
+        } catch (const std::exception& e) {
+            ++report.failed;
+            report.errors.push_back(fmt::format("sandbox {}: {}", record.id, e.what()));
+        }
+    }
+    // Directories without a readable record: a crash between mkdir and the first record write, or
+    // between removing a record and its directory.
+    std::error_code error;
+    for (const auto& entry :
+         fs::directory_iterator(registry.state_dir() / "sandboxes", error)) {
+        const auto name = entry.path().filename().string();
+        try {
+            Registry::validate_id(name);
+        } catch (const InvalidArgument&) {
+            continue;  // not ours
+        }
+        if (registry.get(name) || !older_than(entry.path(), options.creating_grace)) {
+            continue;
+        }
+        try {
+            registry.remove(name);
+            ++report.orphan_dirs_removed;
+        } catch (const std::exception& e) {
+            ++report.failed;
+            report.errors.push_back(fmt::format("orphan directory {}: {}", name, e.what()));
+        }
+    }
+    return report;
+}
+
+}  // namespace maf_sandbox::runtime

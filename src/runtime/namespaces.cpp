@@ -1,0 +1,79 @@
+// Creating the sandbox's namespaces and filling in what the kernel leaves empty: the user
+// namespace's id maps, the hostname, and the loopback interface of the new network namespace.
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/isolation.hpp"
+#include "maf_sandbox/runtime/unique_fd.hpp"
+
+namespace maf_sandbox::runtime {
+
+unsigned long sandbox_namespace_flags() noexcept {
+    return CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET |
+           CLONE_NEWCGROUP;
+}
+
+pid_t clone_with_namespaces(unsigned long flags) {
+    // A null stack gives fork semantics: the child runs on a copy of the caller's stack.
+    const long pid = ::syscall(SYS_clone, flags | SIGCHLD, nullptr, nullptr, nullptr, nullptr);
+    if (pid < 0) {
+        throw SystemError(errno, "creating the sandbox's namespaces (clone)",
+                          "run as root on a kernel with user, PID, network and cgroup namespaces");
+    }
+    return static_cast<pid_t>(pid);
+}
+
+namespace {
+
+void write_proc_file(pid_t pid, const char* name, const std::string& content) {
+    const auto path = fmt::format("/proc/{}/{}", pid, name);
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd || ::write(fd.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+        throw SystemError(errno, fmt::format("writing {}", path),
+                          "run as root so the runtime can map the sandbox's users");
+    }
+}
+
+}  // namespace
+
+void write_id_maps(pid_t pid, const IdMapping& mapping) {
+    const auto line = fmt::format("0 {} {}\n", mapping.host_base, mapping.count);
+    write_proc_file(pid, "uid_map", line);
+    write_proc_file(pid, "gid_map", line);
+}
+
+void set_hostname(std::string_view hostname) {
+    if (::sethostname(hostname.data(), hostname.size()) != 0) {
+        throw SystemError(errno, fmt::format("setting the sandbox's hostname to {}", hostname));
+    }
+}
+
+void bring_up_loopback() {
+    UniqueFd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!sock) {
+        throw SystemError(errno, "opening a socket to configure the sandbox's loopback");
+    }
+    ifreq request{};
+    std::strncpy(request.ifr_name, "lo", IFNAMSIZ - 1);
+    if (::ioctl(sock.get(), SIOCGIFFLAGS, &request) != 0) {
+        throw SystemError(errno, "reading the flags of the sandbox's loopback interface");
+    }
+    request.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (::ioctl(sock.get(), SIOCSIFFLAGS, &request) != 0) {
+        throw SystemError(errno, "bringing the sandbox's loopback interface up");
+    }
+}
+
+}  // namespace maf_sandbox::runtime

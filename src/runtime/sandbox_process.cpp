@@ -1,0 +1,313 @@
+// Launching a sandbox's supervisor detached from its creator, and tearing a sandbox down again.
+#include "maf_sandbox/runtime/sandbox_process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/supervisor.hpp"
+
+namespace maf_sandbox::runtime {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using Clock = std::chrono::steady_clock;
+
+boost::json::object SandboxHandle::runtime_json() const {
+    json::array cgroup_paths;
+    for (const auto& path : cgroups) {
+        cgroup_paths.emplace_back(path.string());
+    }
+    return json::object{{"cgroup_paths", std::move(cgroup_paths)},
+                        {"cgroup_layout", to_string(cgroup_layout)},
+                        {"sandbox_dir", sandbox_dir.string()},
+                        {"socket", socket.string()},
+                        {"guest_host_uid", guest_host_uid},
+                        {"guest_host_gid", guest_host_gid}};
+}
+
+SandboxHandle SandboxHandle::from_runtime_json(pid_t pid, std::uint64_t start_time, const json::object& in) {
+    SandboxHandle handle;
+    handle.pid = pid;
+    handle.start_time = start_time;
+    for (const auto& path : in.at("cgroup_paths").as_array()) {
+        handle.cgroups.emplace_back(std::string(path.as_string()));
+    }
+    handle.cgroup_layout = parse_cgroup_layout(in.at("cgroup_layout").as_string());
+    handle.sandbox_dir = std::string(in.at("sandbox_dir").as_string());
+    handle.socket = std::string(in.at("socket").as_string());
+    handle.guest_host_uid = in.at("guest_host_uid").to_number<uid_t>();
+    handle.guest_host_gid = in.at("guest_host_gid").to_number<gid_t>();
+    return handle;
+}
+
+std::optional<std::uint64_t> live_process_start_time(pid_t pid) {
+    if (pid <= 0) {
+        return std::nullopt;
+    }
+    std::ifstream in(fmt::format("/proc/{}/stat", pid));
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto close = text.rfind(')');
+    if (close == std::string::npos) {
+        return std::nullopt;
+    }
+    std::istringstream fields(text.substr(close + 2));
+    std::string field;
+    // After the command: field 3 (state) is first; start time is field 22.
+    for (int index = 3; index <= 22 && fields >> field; ++index) {
+        if (index == 3 && (field == "Z" || field == "X")) {
+            return std::nullopt;
+        }
+        if (index == 22) {
+            return std::stoull(field);
+        }
+    }
+    return std::nullopt;
+}
+
+bool sandbox_alive(const SandboxHandle& handle) {
+    const auto start = live_process_start_time(handle.pid);
+    return start && *start == handle.start_time;
+}
+
+namespace {
+
+// Reads the supervisor's report lines until "ready", "error: ..." or the deadline.
+struct Report {
+    pid_t pid = 0;
+    bool ready = false;
+    std::string error;
+};
+
+Report read_report(int fd, Clock::time_point deadline) {
+    Report report;
+    std::string buffer;
+    for (;;) {
+        std::size_t newline;
+        while ((newline = buffer.find('\n')) != std::string::npos) {
+            const std::string line = buffer.substr(0, newline);
+            buffer.erase(0, newline + 1);
+            if (line.starts_with("pid ")) {
+                report.pid = std::stoi(line.substr(4));
+            } else if (line == "ready") {
+                report.ready = true;
+                return report;
+            } else if (line.starts_with("error: ")) {
+                report.error = line.substr(7);
+                return report;
+            }
+        }
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        if (left <= 0) {
+            report.error = "the supervisor did not become ready in time";
+            return report;
+        }
+        pollfd pfd{fd, POLLIN, 0};
+        if (::poll(&pfd, 1, static_cast<int>(left)) < 0 && errno != EINTR) {
+            report.error = fmt::format("waiting for the supervisor: {}", std::strerror(errno));
+            return report;
+        }
+        char chunk[512];
+        const ssize_t n = ::read(fd, chunk, sizeof chunk);
+        if (n == 0) {
+            report.error = "the supervisor exited before it was ready";
+            return report;
+        }
+        if (n > 0) {
+            buffer.append(chunk, static_cast<std::size_t>(n));
+        }
+    }
+}
+
+// Waits until `pid` (not our child) has ended, through a pidfd.
+void wait_for_exit(pid_t pid, std::uint64_t start_time, std::chrono::milliseconds timeout) {
+    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    if (!pidfd) {
+        return;  // already gone
+    }
+    const auto start = live_process_start_time(pid);
+    if (!start || *start != start_time) {
+        return;  // gone, a zombie, or a different process by now
+    }
+    pollfd pfd{pidfd.get(), POLLIN, 0};
+    ::poll(&pfd, 1, static_cast<int>(timeout.count()));
+}
+
+}  // namespace
+
+SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
+    const fs::path executable = supervisor_executable();
+    SandboxHandle handle;
+    handle.sandbox_dir = launch.sandbox_dir;
+    handle.socket = launch.sandbox_dir / "exec.sock";
+    handle.guest_host_uid = launch.ids.to_host(launch.guest_uid);
+    handle.guest_host_gid = launch.ids.to_host(launch.guest_gid);
+    const uid_t root_uid = launch.ids.to_host(0);
+
+    auto cgroup = SandboxCgroup::create(launch.id, launch.limits, root_uid, root_uid);
+    handle.cgroup_layout = cgroup->layout();
+    handle.cgroups = cgroup->paths();
+    // Until the supervisor is ready, a failure takes everything back.
+    struct Rollback {
+        SandboxCgroup* cgroup;
+        bool armed = true;
+        ~Rollback() {
+            if (armed) {
+                try {
+                    cgroup->destroy();
+                } catch (...) {
+                }
+            }
+        }
+    } rollback{cgroup.get()};
+
+    SupervisorConfig config;
+    config.id = launch.id;
+    config.sandbox_dir = launch.sandbox_dir;
+    config.socket_path = handle.socket;
+    config.mounts = launch.mounts;
+    config.mounts.root_uid = root_uid;
+    config.mounts.root_gid = launch.ids.to_host(0);
+    config.mounts.guest_uid = handle.guest_host_uid;
+    config.mounts.guest_gid = handle.guest_host_gid;
+    config.ids = launch.ids;
+    config.guest_uid = launch.guest_uid;
+    config.guest_gid = launch.guest_gid;
+    config.base_env = launch.env;
+    config.default_cwd = launch.default_cwd;
+    config.hostname = launch.hostname;
+    config.cgroup_layout = cgroup->layout();
+    config.delegated_cgroups = cgroup->delegated_dirs();
+    config.idle_timeout = launch.idle_timeout;
+    config.max_lifetime = launch.max_lifetime;
+    const fs::path config_path = launch.sandbox_dir / "supervisor.json";
+    {
+        std::ofstream out(config_path, std::ios::trunc);
+        out << json::serialize(to_json(config));
+        if (!out) {
+            throw SystemError(errno, fmt::format("writing {}", config_path.string()));
+        }
+    }
+    ::chmod(config_path.c_str(), 0600);
+
+    // Prepared before fork: the children only make async-signal-safe calls.
+    const std::string exe = executable.string();
+    const std::string config_arg = config_path.string();
+    std::vector<std::string> join_files;
+    for (const auto& file : cgroup->join_files()) {
+        join_files.push_back(file.string());
+    }
+    char* const argv[] = {const_cast<char*>(exe.c_str()), const_cast<char*>(config_arg.c_str()), nullptr};
+    char* const envp[] = {nullptr};
+
+    int ready[2];
+    if (::pipe2(ready, O_CLOEXEC) != 0) {
+        throw SystemError(errno, "creating the supervisor's ready pipe");
+    }
+    UniqueFd ready_read(ready[0]);
+    UniqueFd ready_write(ready[1]);
+    const pid_t first = ::fork();
+    if (first < 0) {
+        throw SystemError(errno, "forking the sandbox's supervisor");
+    }
+    if (first == 0) {
+        // Own session and process group, then a second fork so the supervisor is nobody's child
+        // in the creator's tree and survives it.
+        ::setsid();
+        const pid_t second = ::fork();
+        if (second != 0) {
+            ::_exit(second < 0 ? 1 : 0);
+        }
+        for (const auto& file : join_files) {
+            const int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+            if (fd < 0 || ::write(fd, "0", 1) != 1) {
+                ::_exit(111);
+            }
+            ::close(fd);
+        }
+        sigset_t all;
+        sigemptyset(&all);
+        ::sigprocmask(SIG_SETMASK, &all, nullptr);
+        if (::dup2(ready_write.get(), kReadyFd) < 0) {
+            ::_exit(112);
+        }
+        ::syscall(SYS_close_range, kReadyFd + 1, ~0u, 0);
+        const int null = ::open("/dev/null", O_RDWR);
+        ::dup2(null, 0);
+        ::dup2(null, 1);
+        ::dup2(null, 2);
+        if (null > kReadyFd) {
+            ::close(null);
+        }
+        ::execve(argv[0], argv, envp);
+        ::_exit(113);
+    }
+    ready_write.reset();
+    int status = 0;
+    ::waitpid(first, &status, 0);
+    const Report report = read_report(ready_read.get(), Clock::now() + launch.ready_timeout);
+    if (!report.ready || report.pid <= 0) {
+        throw SystemError(EIO, fmt::format("starting the sandbox {}: {}", launch.id,
+                                           report.error.empty() ? "no report" : report.error),
+                          "run as root on a kernel with user namespaces, overlayfs and cgroups");
+    }
+    const auto start = live_process_start_time(report.pid);
+    if (!start) {
+        throw SystemError(ESRCH, fmt::format("the supervisor of sandbox {} exited right after starting", launch.id));
+    }
+    handle.pid = report.pid;
+    handle.start_time = *start;
+    rollback.armed = false;
+    return handle;
+}
+
+void destroy_sandbox(const SandboxHandle& handle) {
+    auto cgroup = SandboxCgroup::attach(handle.cgroup_layout, handle.cgroups);
+    cgroup->kill_all();
+    if (sandbox_alive(handle)) {
+        // Not in its cgroup any more (should not happen): end it directly.
+        ::kill(handle.pid, SIGKILL);
+    }
+    wait_for_exit(handle.pid, handle.start_time, std::chrono::seconds(5));
+    cgroup->destroy();
+    std::error_code ec;
+    if (!handle.sandbox_dir.empty()) {
+        fs::remove_all(handle.sandbox_dir, ec);
+        if (ec && ec != std::errc::no_such_file_or_directory) {
+            throw SystemError(ec.value(), fmt::format("removing {}", handle.sandbox_dir.string()));
+        }
+    }
+}
+
+UniqueFd open_sandbox_root(const SandboxHandle& handle) {
+    UniqueFd fd(::open(fmt::format("/proc/{}/root", handle.pid).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    // Checked after the open: if the pid was reused in between, the start time no longer matches.
+    if (!fd || !sandbox_alive(handle)) {
+        throw SandboxOutputUnreachable(
+            "the sandbox's supervisor is gone (expired or disposed); acquire the sandbox again");
+    }
+    return fd;
+}
+
+ExecReply exec_in_sandbox(const SandboxHandle& handle, const ExecCall& call) {
+    const auto cgroup = SandboxCgroup::attach(handle.cgroup_layout, handle.cgroups);
+    const auto before = cgroup->oom_kills();
+    ExecReply reply = call_exec(handle.socket, call);
+    reply.oom_kills = cgroup->oom_kills() - before;
+    return reply;
+}
+
+}  // namespace maf_sandbox::runtime

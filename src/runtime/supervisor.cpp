@@ -1,0 +1,378 @@
+// The supervisor: its host-side half (root filesystem, socket, namespaces, id maps) and the
+// sandbox's PID 1 (accepts exec connections, reaps orphans, enforces the lifecycle policy).
+#include "maf_sandbox/runtime/supervisor.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <grp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "exec_server.hpp"
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/unique_fd.hpp"
+
+#ifndef MAF_SANDBOX_SUPERVISOR_BUILD_PATH
+#define MAF_SANDBOX_SUPERVISOR_BUILD_PATH ""
+#endif
+
+namespace maf_sandbox::runtime {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+// --- Config -----------------------------------------------------------------------------------
+
+namespace {
+
+json::array strings(const std::vector<std::string>& items) {
+    json::array out;
+    for (const auto& item : items) {
+        out.emplace_back(item);
+    }
+    return out;
+}
+
+json::array paths(const std::vector<fs::path>& items) {
+    json::array out;
+    for (const auto& item : items) {
+        out.emplace_back(item.string());
+    }
+    return out;
+}
+
+std::vector<std::string> strings_from(const json::value& value) {
+    std::vector<std::string> out;
+    for (const auto& item : value.as_array()) {
+        out.emplace_back(item.as_string());
+    }
+    return out;
+}
+
+std::vector<fs::path> paths_from(const json::value& value) {
+    std::vector<fs::path> out;
+    for (const auto& item : value.as_array()) {
+        out.emplace_back(std::string(item.as_string()));
+    }
+    return out;
+}
+
+template <typename T>
+T number(const json::object& in, const char* key) {
+    return in.at(key).to_number<T>();
+}
+
+}  // namespace
+
+json::value to_json(const SupervisorConfig& config) {
+    const auto& plan = config.mounts;
+    json::array binds;
+    for (const auto& bind : plan.ro_binds) {
+        binds.emplace_back(json::object{{"source", bind.source.string()}, {"target", bind.target}});
+    }
+    json::array files;
+    for (const auto& file : plan.files) {
+        files.emplace_back(json::object{{"target", file.target}, {"content", file.content}, {"mode", file.mode}});
+    }
+    json::array env;
+    for (const auto& [key, value] : config.base_env) {
+        env.emplace_back(json::array{json::string(key), json::string(value)});
+    }
+    json::object mounts{{"lower_dirs", paths(plan.lower_dirs)},
+                        {"ro_binds", std::move(binds)},
+                        {"files", std::move(files)},
+                        {"guest_dirs", strings(plan.guest_dirs)},
+                        {"disk_bytes", plan.disk_bytes},
+                        {"tmp_bytes", plan.tmp_bytes},
+                        {"shm_bytes", plan.shm_bytes},
+                        {"root_uid", plan.root_uid},
+                        {"root_gid", plan.root_gid},
+                        {"guest_uid", plan.guest_uid},
+                        {"guest_gid", plan.guest_gid}};
+    json::object out{{"id", config.id},
+                     {"sandbox_dir", config.sandbox_dir.string()},
+                     {"socket_path", config.socket_path.string()},
+                     {"mounts", std::move(mounts)},
+                     {"id_base", config.ids.host_base},
+                     {"id_count", config.ids.count},
+                     {"guest_uid", config.guest_uid},
+                     {"guest_gid", config.guest_gid},
+                     {"env", std::move(env)},
+                     {"default_cwd", config.default_cwd},
+                     {"hostname", config.hostname},
+                     {"cgroup_layout", to_string(config.cgroup_layout)},
+                     {"delegated_cgroups", paths(config.delegated_cgroups)}};
+    if (config.idle_timeout) {
+        out["idle_timeout_s"] = config.idle_timeout->count();
+    }
+    if (config.max_lifetime) {
+        out["max_lifetime_s"] = config.max_lifetime->count();
+    }
+    return out;
+}
+
+SupervisorConfig supervisor_config_from_json(const json::value& value) {
+    const auto& in = value.as_object();
+    SupervisorConfig config;
+    config.id = std::string(in.at("id").as_string());
+    config.sandbox_dir = std::string(in.at("sandbox_dir").as_string());
+    config.socket_path = std::string(in.at("socket_path").as_string());
+    const auto& mounts = in.at("mounts").as_object();
+    auto& plan = config.mounts;
+    plan.lower_dirs = paths_from(mounts.at("lower_dirs"));
+    for (const auto& bind : mounts.at("ro_binds").as_array()) {
+        plan.ro_binds.push_back({std::string(bind.at("source").as_string()),
+                                 std::string(bind.at("target").as_string())});
+    }
+    for (const auto& file : mounts.at("files").as_array()) {
+        plan.files.push_back({std::string(file.at("target").as_string()),
+                              std::string(file.at("content").as_string()),
+                              file.at("mode").to_number<mode_t>()});
+    }
+    plan.guest_dirs = strings_from(mounts.at("guest_dirs"));
+    plan.disk_bytes = number<std::uint64_t>(mounts, "disk_bytes");
+    plan.tmp_bytes = number<std::uint64_t>(mounts, "tmp_bytes");
+    plan.shm_bytes = number<std::uint64_t>(mounts, "shm_bytes");
+    plan.root_uid = number<uid_t>(mounts, "root_uid");
+    plan.root_gid = number<gid_t>(mounts, "root_gid");
+    plan.guest_uid = number<uid_t>(mounts, "guest_uid");
+    plan.guest_gid = number<gid_t>(mounts, "guest_gid");
+    config.ids.host_base = number<uid_t>(in, "id_base");
+    config.ids.count = number<std::uint32_t>(in, "id_count");
+    config.guest_uid = number<uid_t>(in, "guest_uid");
+    config.guest_gid = number<gid_t>(in, "guest_gid");
+    for (const auto& pair : in.at("env").as_array()) {
+        config.base_env.emplace_back(std::string(pair.at(0).as_string()), std::string(pair.at(1).as_string()));
+    }
+    config.default_cwd = std::string(in.at("default_cwd").as_string());
+    config.hostname = std::string(in.at("hostname").as_string());
+    config.cgroup_layout = parse_cgroup_layout(in.at("cgroup_layout").as_string());
+    config.delegated_cgroups = paths_from(in.at("delegated_cgroups"));
+    if (const auto* idle = in.if_contains("idle_timeout_s")) {
+        config.idle_timeout = std::chrono::seconds(idle->to_number<std::int64_t>());
+    }
+    if (const auto* lifetime = in.if_contains("max_lifetime_s")) {
+        config.max_lifetime = std::chrono::seconds(lifetime->to_number<std::int64_t>());
+    }
+    return config;
+}
+
+fs::path supervisor_executable() {
+    constexpr const char* kName = "maf-sandbox-supervisor";
+    std::error_code ec;
+    if (const char* env = std::getenv("MAF_SANDBOX_SUPERVISOR"); env != nullptr && *env != '\0') {
+        if (fs::exists(env, ec)) {
+            return env;
+        }
+    }
+    const auto self = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec && fs::exists(self.parent_path() / kName, ec)) {
+        return self.parent_path() / kName;
+    }
+    const fs::path built = MAF_SANDBOX_SUPERVISOR_BUILD_PATH;
+    if (!built.empty() && fs::exists(built, ec)) {
+        return built;
+    }
+    throw SandboxCapabilityNotSupported(
+        "cannot find the maf-sandbox-supervisor executable; install it next to maf-sandbox or set "
+        "MAF_SANDBOX_SUPERVISOR to its path");
+}
+
+// --- PID 1 --------------------------------------------------------------------------------------
+
+namespace {
+
+void report(std::string_view line) {
+    const std::string text = std::string(line) + "\n";
+    [[maybe_unused]] auto n = ::write(kReadyFd, text.data(), text.size());
+}
+
+[[noreturn]] void run_pid1(const SupervisorConfig& config, int listener, const ExecCgroupParent& cgroups,
+                           const std::vector<sock_filter>& seccomp) {
+    using Clock = std::chrono::steady_clock;
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+    ::signal(SIGPIPE, SIG_IGN);
+    UniqueFd signals(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+
+    const auto started = Clock::now();
+    auto last_activity = started;
+    std::set<pid_t> handlers;
+    const ExecContext context{&config, &cgroups, &seccomp};
+
+    for (;;) {
+        const auto now = Clock::now();
+        std::optional<Clock::time_point> wake;
+        if (config.max_lifetime) {
+            wake = started + *config.max_lifetime;
+        }
+        if (config.idle_timeout && handlers.empty()) {
+            const auto idle_end = last_activity + *config.idle_timeout;
+            wake = wake ? std::min(*wake, idle_end) : idle_end;
+        }
+        if (wake && now >= *wake) {
+            std::_Exit(0);  // the kernel ends every process of the PID namespace with us
+        }
+        int timeout = -1;
+        if (wake) {
+            timeout = static_cast<int>(
+                std::chrono::duration_cast<std::chrono::milliseconds>(*wake - now).count() + 1);
+        }
+        pollfd fds[2] = {{listener, POLLIN, 0}, {signals.get(), POLLIN, 0}};
+        if (::poll(fds, 2, timeout) < 0 && errno != EINTR) {
+            std::_Exit(1);
+        }
+        if (fds[1].revents & POLLIN) {
+            signalfd_siginfo info{};
+            while (::read(signals.get(), &info, sizeof info) == sizeof info) {
+                if (info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT || info.ssi_signo == SIGHUP) {
+                    std::_Exit(0);
+                }
+            }
+            // Orphans of every exec land here: reap them all.
+            for (;;) {
+                const pid_t pid = ::waitpid(-1, nullptr, WNOHANG);
+                if (pid <= 0) {
+                    break;
+                }
+                if (handlers.erase(pid) > 0) {
+                    last_activity = Clock::now();
+                }
+            }
+        }
+        if (fds[0].revents & POLLIN) {
+            UniqueFd connection(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+            if (!connection) {
+                continue;
+            }
+            last_activity = Clock::now();
+            cgroups.remove_empty_children();
+            const pid_t handler = ::fork();
+            if (handler == 0) {
+                ::sigprocmask(SIG_UNBLOCK, &mask, nullptr);
+                ::close(listener);
+                signals.reset();
+                try {
+                    serve_exec(connection.get(), context);
+                } catch (...) {
+                    std::_Exit(1);
+                }
+                std::_Exit(0);
+            }
+            if (handler > 0) {
+                handlers.insert(handler);
+            }
+        }
+    }
+}
+
+[[noreturn]] void sandbox_init(const SupervisorConfig& config, const fs::path& root, int listener,
+                               const ExecCgroupParent& cgroups, const std::vector<sock_filter>& seccomp,
+                               int go) {
+    try {
+        char byte = 0;
+        if (::read(go, &byte, 1) != 1) {
+            std::_Exit(1);  // the host-side half failed and already reported why
+        }
+        ::close(go);
+        // Still the host's root (unmapped) here, which is what lets us reach the root directory.
+        if (::chdir(root.c_str()) != 0) {
+            throw SystemError(errno, fmt::format("entering {}", root.string()));
+        }
+        if (::setresgid(0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 || ::setresuid(0, 0, 0) != 0) {
+            throw SystemError(errno, "becoming root of the sandbox's user namespace");
+        }
+        enter_root();
+        set_hostname(config.hostname);
+        bring_up_loopback();
+        // Guest processes of the same uid must not read our memory or descriptors.
+        ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        report("ready");
+        ::close(kReadyFd);
+        run_pid1(config, listener, cgroups, seccomp);
+    } catch (const std::exception& e) {
+        report(fmt::format("error: {}", e.what()));
+        std::_Exit(1);
+    }
+}
+
+UniqueFd listen_on(const fs::path& socket_path) {
+    ::unlink(socket_path.c_str());
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    const auto path = socket_path.string();
+    if (path.size() >= sizeof address.sun_path) {
+        throw InvalidArgument(fmt::format(
+            "the socket path {} is longer than {} bytes; use a shorter state directory", path,
+            sizeof address.sun_path - 1));
+    }
+    std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+    if (!fd || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+        ::chmod(path.c_str(), 0600) != 0 || ::listen(fd.get(), 128) != 0) {
+        throw SystemError(errno, fmt::format("listening on {}", path));
+    }
+    return fd;
+}
+
+}  // namespace
+
+int supervisor_main(int argc, char** argv) {
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: maf-sandbox-supervisor CONFIG.json (started by the runtime)\n");
+        return 2;
+    }
+    try {
+        std::ifstream in(argv[1]);
+        std::stringstream text;
+        text << in.rdbuf();
+        const SupervisorConfig config = supervisor_config_from_json(json::parse(text.str()));
+        const fs::path root = prepare_root(config.mounts, config.sandbox_dir);
+        UniqueFd listener = listen_on(config.socket_path);
+        const ExecCgroupParent cgroups = ExecCgroupParent::open(config.cgroup_layout, config.delegated_cgroups);
+        const auto& seccomp = guest_seccomp_program();
+        int go[2];
+        if (::pipe2(go, O_CLOEXEC) != 0) {
+            throw SystemError(errno, "creating the start pipe");
+        }
+        const pid_t child = clone_with_namespaces(sandbox_namespace_flags());
+        if (child == 0) {
+            ::close(go[1]);
+            sandbox_init(config, root, listener.get(), cgroups, seccomp, go[0]);
+        }
+        ::close(go[0]);
+        UniqueFd start(go[1]);
+        write_id_maps(child, config.ids);
+        report(fmt::format("pid {}", child));
+        if (::write(start.get(), "g", 1) != 1) {
+            throw SystemError(errno, "starting the sandbox's PID 1");
+        }
+        return 0;
+    } catch (const std::exception& e) {
+        report(fmt::format("error: {}", e.what()));
+        return 1;
+    }
+}
+
+}  // namespace maf_sandbox::runtime
