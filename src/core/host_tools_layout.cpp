@@ -1,9 +1,9 @@
 // The guest side of host tools over exec: where a run's files live, the sh launcher that starts
 // the program detached, and the Python shim the program imports.
+#include <fmt/format.h>
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <fmt/format.h>
 #include <set>
 
 #include "maf_sandbox/core/errors.hpp"
@@ -21,25 +21,32 @@ constexpr const char* kExitName = "program_exit_code";
 constexpr const char* kPidName = "program_pid";
 constexpr const char* kSessionName = "program_session";
 
-const std::set<std::string, std::less<>> kTransportNames{
-    kShimModule,         kLauncherName,           kOutputName,         kExitName,
-    "program_exit_code.part", kPidName,           "program_pid.part",  kSessionName,
-    "program_session.part",   kCallsDirectory};
+const std::set<std::string, std::less<>> kTransportNames{kShimModule,
+                                                         kLauncherName,
+                                                         kOutputName,
+                                                         kExitName,
+                                                         "program_exit_code.part",
+                                                         kPidName,
+                                                         "program_pid.part",
+                                                         kSessionName,
+                                                         "program_session.part",
+                                                         kCallsDirectory};
 
 // Modules a program file must not shadow: the shim, what the shim imports, and what Python imports
 // at startup before the program runs.
 const std::set<std::string, std::less<>> kReservedModules{
-    "maf_host_tools", "json",    "os",          "time",          "encodings",
-    "site",           "sitecustomize", "usercustomize", "abc",   "codecs",
-    "genericpath",    "io",      "posixpath",   "stat",          "_collections_abc",
+    "maf_host_tools", "json",          "os",
+    "time",           "encodings",     "site",
+    "sitecustomize",  "usercustomize", "abc",
+    "codecs",         "genericpath",   "io",
+    "posixpath",      "stat",          "_collections_abc",
     "_sitebuiltins",  "_bootlocale"};
 
 const std::set<std::string, std::less<>> kPythonKeywords{
-    "False", "None",   "True",    "and",      "as",       "assert", "async",  "await",
-    "break", "class",  "continue", "def",     "del",      "elif",   "else",   "except",
-    "finally", "for",  "from",    "global",   "if",       "import", "in",     "is",
-    "lambda", "nonlocal", "not",  "or",       "pass",     "raise",  "return", "try",
-    "while", "with",   "yield"};
+    "False", "None",     "True",  "and",    "as",   "assert", "async",  "await",    "break",
+    "class", "continue", "def",   "del",    "elif", "else",   "except", "finally",  "for",
+    "from",  "global",   "if",    "import", "in",   "is",     "lambda", "nonlocal", "not",
+    "or",    "pass",     "raise", "return", "try",  "while",  "with",   "yield"};
 
 const std::set<std::string, std::less<>> kShimGlobals{
     "json", "os", "time", "call", "HostToolError", "CALLS", "CALL_TIMEOUT"};
@@ -77,9 +84,9 @@ std::string publish(std::string_view value, const std::string& path) {
 
 GuestRunLayout guest_run_layout(std::string_view run_directory, std::string_view program) {
     if (run_directory.empty() || run_directory.front() != '/') {
-        throw InvalidArgument(fmt::format(
-            "the run directory '{}' is not absolute; give an absolute guest directory",
-            run_directory));
+        throw InvalidArgument(
+            fmt::format("the run directory '{}' is not absolute; give an absolute guest directory",
+                        run_directory));
     }
     if (run_directory.find_first_of(":\\") != std::string_view::npos) {
         throw InvalidArgument(fmt::format(
@@ -94,8 +101,9 @@ GuestRunLayout guest_run_layout(std::string_view run_directory, std::string_view
                         "root",
                         run_directory));
     }
-    const bool plain = !program.empty() && program != "." && program != ".." &&
-                       program.find_first_of(std::string_view("/\\\0", 3)) == std::string_view::npos;
+    const bool plain =
+        !program.empty() && program != "." && program != ".." &&
+        program.find_first_of(std::string_view("/\\\0", 3)) == std::string_view::npos;
     if (!plain) {
         throw InvalidArgument(fmt::format(
             "the program name '{}' is not a plain file name; name a file such as 'program.py'",

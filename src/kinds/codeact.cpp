@@ -271,7 +271,7 @@ ResultProvenance CodeActTool::provenance() const { return detail::provenance_of(
 const CodeActConfig& CodeActTool::config() const { return impl_->config; }
 const FileStore& CodeActTool::store() const { return *impl_->store; }
 
-Task<ToolResult> CodeActTool::execute_code(const CallerContext& caller, CodeActArguments arguments,
+Task<ToolResult> CodeActTool::execute_code(CallerContext caller, CodeActArguments arguments,
                                            ProgressReporter progress) {
     auto key = detail::key_for(caller);
     if (!key) {

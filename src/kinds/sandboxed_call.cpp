@@ -72,9 +72,8 @@ std::string acquire_sentence(const std::exception_ptr& error) {
     }
 }
 
-Task<bool> cancelled() {
-    auto state = co_await boost::asio::this_coro::cancellation_state;
-    co_return state.cancelled() != boost::asio::cancellation_type::none;
+bool is_cancelled(const boost::asio::cancellation_state& state) {
+    return state.cancelled() != boost::asio::cancellation_type::none;
 }
 
 void report(const ProgressReporter& progress, double step, std::string message) {
@@ -177,7 +176,8 @@ Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey ke
         acquire_error = std::current_exception();
     }
     if (acquire_error) {
-        if (co_await cancelled()) {
+        // Read in place: awaiting anything in a cancelled coroutine would throw first.
+        if (is_cancelled(co_await boost::asio::this_coro::cancellation_state)) {
             std::rethrow_exception(acquire_error);
         }
         binding.log->error("{}: acquiring a sandbox failed: {}", binding.tool_name,
@@ -197,7 +197,8 @@ Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey ke
         body_error = std::current_exception();
     }
     // The finally: runs on success, failure and cancellation alike.
-    const bool was_cancelled = co_await cancelled();
+    const bool was_cancelled =
+        is_cancelled(co_await boost::asio::this_coro::cancellation_state);
     if (was_cancelled) {
         // A fresh cancellation state, so the cleanup's own operations are not aborted at once.
         co_await boost::asio::this_coro::reset_cancellation_state();
@@ -252,7 +253,7 @@ Task<bool> run_program(const KindBinding& binding, CallSite& site, Command comma
     } catch (...) {
         error = std::current_exception();
     }
-    if (co_await cancelled()) {
+    if (is_cancelled(co_await boost::asio::this_coro::cancellation_state)) {
         std::rethrow_exception(error);
     }
     binding.log->error("{}: exec failed: {}", binding.tool_name, describe(error));

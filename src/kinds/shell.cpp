@@ -75,7 +75,7 @@ const SandboxSpec& ShellTool::spec() const { return impl_->binding.spec; }
 ResultProvenance ShellTool::provenance() const { return detail::provenance_of(impl_->binding); }
 const ShellConfig& ShellTool::config() const { return impl_->config; }
 
-Task<ToolResult> ShellTool::run_shell(const CallerContext& caller, std::string command,
+Task<ToolResult> ShellTool::run_shell(CallerContext caller, std::string command,
                                       ProgressReporter progress) {
     auto key = detail::key_for(caller);
     if (!key) {

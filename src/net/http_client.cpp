@@ -344,9 +344,13 @@ Task<HttpResponse> HttpClient::send(HttpRequest request, RequestOptions options)
         if (!connection) {
             connection = co_await impl->connect(url, deadline);
         }
-        boost::system::error_code ec =
-            connection->tls ? co_await impl->write(*connection->tls, *connection, wire, deadline)
-                            : co_await impl->write(*connection->plain, *connection, wire, deadline);
+        // Plain if/else: GCC 12 miscompiles co_await inside a conditional expression.
+        boost::system::error_code ec;
+        if (connection->tls) {
+            ec = co_await impl->write(*connection->tls, *connection, wire, deadline);
+        } else {
+            ec = co_await impl->write(*connection->plain, *connection, wire, deadline);
+        }
         if (ec) {
             if (is_timeout(ec, deadline)) {
                 throw DeadlineExceeded(
@@ -369,9 +373,11 @@ Task<HttpResponse> HttpClient::send(HttpRequest request, RequestOptions options)
         if (is_head) {
             parser.skip(true);
         }
-        ec = connection->tls ? co_await impl->read(*connection->tls, *connection, parser, deadline)
-                             : co_await impl->read(*connection->plain, *connection, parser,
-                                                   deadline);
+        if (connection->tls) {
+            ec = co_await impl->read(*connection->tls, *connection, parser, deadline);
+        } else {
+            ec = co_await impl->read(*connection->plain, *connection, parser, deadline);
+        }
         if (ec) {
             if (ec == http::error::body_limit || ec == http::error::header_limit) {
                 throw ResponseTooLarge(fmt::format(

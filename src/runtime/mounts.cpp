@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/images.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
 
@@ -102,7 +103,7 @@ void write_generated(const fs::path& root, const GeneratedFile& file, uid_t uid,
     }
 }
 
-void build_dev(const fs::path& root, const MountPlan& plan) {
+void build_dev(const fs::path& root, const RootPlan& plan) {
     const fs::path dev = root / "dev";
     make_dirs(root, dev, plan.root_uid, plan.root_gid);
     do_mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755");
@@ -129,7 +130,7 @@ void build_dev(const fs::path& root, const MountPlan& plan) {
 
 }  // namespace
 
-fs::path prepare_root(const MountPlan& plan, const fs::path& sandbox_dir) {
+fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
     if (::unshare(CLONE_NEWNS) != 0) {
         throw SystemError(errno, "creating a private mount namespace for the sandbox's root",
                           "run as root");
@@ -176,6 +177,18 @@ fs::path prepare_root(const MountPlan& plan, const fs::path& sandbox_dir) {
     }
     make_dirs(root, root / kOldRootDir, plan.root_uid, plan.root_gid, 0700);
     return root;
+}
+
+RootPlan root_plan_for(const MountPlan& image, std::vector<std::string> guest_dirs) {
+    RootPlan plan;
+    if (!image.lower_dir.empty()) {
+        plan.lower_dirs.push_back(image.lower_dir);
+    }
+    for (const auto& bind : image.ro_binds) {
+        plan.ro_binds.push_back({bind.host_path, bind.guest_path});
+    }
+    plan.guest_dirs = std::move(guest_dirs);
+    return plan;
 }
 
 void enter_root() {

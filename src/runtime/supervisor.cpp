@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -297,6 +298,11 @@ void report(std::string_view line) {
         }
         ::close(go);
         // Still the host's root (unmapped) here, which is what lets us reach the root directory.
+        // The root arrives as a locked mount (copied from a more privileged namespace), which
+        // pivot_root refuses; a bind of it made here is ours.
+        if (::mount(root.c_str(), root.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
+            throw SystemError(errno, fmt::format("binding {} onto itself", root.string()));
+        }
         if (::chdir(root.c_str()) != 0) {
             throw SystemError(errno, fmt::format("entering {}", root.string()));
         }

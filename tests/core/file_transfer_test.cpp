@@ -45,7 +45,7 @@ bool has_staged_file(const fs::path& directory) {
 }
 
 class ShellTransfer : public ::testing::Test {
-protected:
+  protected:
     void write(const std::string& path, const std::string& content, Seconds timeout = Seconds{30},
                std::size_t chunk = kShellChunkBytes) {
         run_blocking(write_file_over_exec(recorder, path, content, work(), timeout, chunk));
@@ -99,9 +99,9 @@ TEST_F(ShellTransfer, AnEmptyFileIsWrittenAndASecondWriteReplaces) {
 }
 
 TEST_F(ShellTransfer, InvalidPathsAreRefusedBeforeAnyCommand) {
-    for (const std::string& path : {std::string("a\nb"), std::string("a\rb"),
-                                   std::string("a\0b", 3), std::string(""), std::string("dir/"),
-                                   std::string("."), std::string("sub/.."), std::string("..")}) {
+    for (const std::string& path :
+         {std::string("a\nb"), std::string("a\rb"), std::string("a\0b", 3), std::string(""),
+          std::string("dir/"), std::string("."), std::string("sub/.."), std::string("..")}) {
         try {
             write(path, "x");
             FAIL() << "accepted " << path;
@@ -207,8 +207,8 @@ TEST(Base64, RoundTripsEveryByteAndRefusesGarbage) {
 TEST(HostShellSandbox, QuotesArgvHonoursTheWorkingDirectoryAndKeepsExitCodes) {
     HostShellSandbox host;
     ExecRequest request;
-    request.command = Argv{"sh", "-c", "printf '%s' \"$1\"; pwd >&2; exit 7", "probe",
-                           "a b$(echo injected)c"};
+    request.command =
+        Argv{"sh", "-c", "printf '%s' \"$1\"; pwd >&2; exit 7", "probe", "a b$(echo injected)c"};
     const auto result = run_blocking(host.exec(request));
     EXPECT_EQ(result.stdout_bytes, "a b$(echo injected)c");
     EXPECT_EQ(result.stderr_bytes, host.base_directory() + "\n");

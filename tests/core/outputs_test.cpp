@@ -31,14 +31,15 @@ DeclaredOutput consume(std::string path) {
 }
 
 class CollectOutputs : public ::testing::Test {
-protected:
+  protected:
     void plant(const std::string& relative, const std::string& content) {
         const auto path = fs::path(host.base_directory()) / relative;
         fs::create_directories(path.parent_path());
         std::ofstream(path, std::ios::binary) << content;
     }
 
-    SandboxSpec spec(std::vector<DeclaredOutput> outputs, TransferLimits limits = kDefaultTransferLimits,
+    SandboxSpec spec(std::vector<DeclaredOutput> outputs,
+                     TransferLimits limits = kDefaultTransferLimits,
                      bool named_at_call_time = false) {
         SandboxSpecFields fields;
         fields.kind = "probe";
@@ -71,8 +72,8 @@ protected:
 TEST_F(CollectOutputs, LandsDeclaredOutputsInDeclarationOrderWithTheirBytes) {
     plant("b.bin", std::string("\x00\x01\xff", 3));
     plant("dir/a.txt", "alpha");
-    const auto landed = collect(spec({land("b.bin"), land("dir/a.txt", "renamed.txt")}),
-                                recording_sink());
+    const auto landed =
+        collect(spec({land("b.bin"), land("dir/a.txt", "renamed.txt")}), recording_sink());
     ASSERT_EQ(landed.size(), 2u);
     EXPECT_EQ(landed[0].name, "b.bin");
     EXPECT_EQ(landed[1].name, "renamed.txt");
@@ -85,8 +86,8 @@ TEST_F(CollectOutputs, LandsDeclaredOutputsInDeclarationOrderWithTheirBytes) {
 TEST_F(CollectOutputs, CallTimeOutputsNeedTheSpecFlag) {
     plant("late.txt", "x");
     EXPECT_THROW(collect(spec({}), recording_sink(), {land("late.txt")}), InvalidArgument);
-    const auto landed = collect(spec({}, kDefaultTransferLimits, true), recording_sink(),
-                                {land("late.txt")});
+    const auto landed =
+        collect(spec({}, kDefaultTransferLimits, true), recording_sink(), {land("late.txt")});
     ASSERT_EQ(landed.size(), 1u);
     EXPECT_EQ(landed[0].name, "late.txt");
 }
@@ -232,9 +233,9 @@ TEST(ValidateArtifactName, RefusesEachInvalidShape) {
 }
 
 TEST(ValidateArtifactName, AcceptsOrdinaryNames) {
-    for (const std::string& name : {std::string("report.txt"), std::string("out/sub/data.bin"),
-                                   std::string("..hidden"), std::string("na\xc3\xafve.txt"),
-                                   std::string(255, 'n')}) {
+    for (const std::string& name :
+         {std::string("report.txt"), std::string("out/sub/data.bin"), std::string("..hidden"),
+          std::string("na\xc3\xafve.txt"), std::string(255, 'n')}) {
         EXPECT_NO_THROW(validate_artifact_name(name)) << name;
     }
 }
@@ -254,7 +255,7 @@ TEST(LandingOutputs, SelectsLandingOutputsAndSaysWhetherASpecLands) {
 }
 
 class FileSystemSink : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         root = fs::path(::testing::TempDir()) /
                ("maf-sink-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -477,6 +478,24 @@ TEST(RouterDispose, AThrowingBackendAloneFoldsToUnknown) {
 TEST(RouterDispose, NothingFailedIsNullopt) {
     SandboxRouter router({capable("a"), capable("b")});
     EXPECT_FALSE(run_blocking(router.dispose(kKey, "shell")).has_value());
+}
+
+TEST(RouterDispose, CancellationPropagatesInsteadOfBeingSwallowed) {
+    auto hanging = capable("hanging");
+    hanging->dispose_hangs = true;
+    auto after = capable("after");
+    SandboxRouter router({hanging, after});
+    auto raced = [&]() -> Task<std::size_t> {
+        using namespace boost::asio::experimental::awaitable_operators;
+        boost::asio::steady_timer deadline(co_await boost::asio::this_coro::executor, 20ms);
+        auto outcome =
+            co_await (router.dispose(kKey) || deadline.async_wait(boost::asio::use_awaitable));
+        co_return outcome.index();
+    };
+    EXPECT_EQ(run_blocking(raced()), 1U);
+    // A swallowed cancellation would have gone on to the next backend.
+    EXPECT_EQ(hanging->disposed.size(), 1U);
+    EXPECT_TRUE(after->disposed.empty());
 }
 
 TEST(RouterDisposeScope, SumsDisposedAndFoldsUndisposedAcrossEveryBackend) {

@@ -192,6 +192,7 @@ TEST_F(KindsTest, CodeActMissingDeclaredOutputIsAFixedSentence) {
 TEST_F(KindsTest, CodeActOverCapOutputIsRefusedWithTheHeadAndTheDroppedCount) {
     CodeActConfig config;
     config.sandbox.max_output_bytes = 1000;
+    config.sandbox.timeout = Seconds{10.0};
     auto tool = codeact(config);
     auto result =
         run_blocking(tool.execute_code(caller_, {"import sys\nsys.stdout.write('x' * 5000)\n", {}}));
@@ -256,15 +257,17 @@ TEST_F(KindsTest, CancelledCallIsCleanedUpBeforeTheCancellationPropagates) {
     const auto started = std::chrono::steady_clock::now();
     auto race = [&]() -> Task<bool> {
         boost::asio::steady_timer timer(io, std::chrono::milliseconds(500));
-        auto outcome = co_await (
-            tool.execute_code(caller_, {"open('a','w').write('x')\nimport time\ntime.sleep(30)", {}}) ||
-            timer.async_wait(boost::asio::use_awaitable));
+        // Named, not temporaries: g++ 12 destroys temporaries of a co_await operand twice.
+        CodeActArguments arguments{"open('a','w').write('x')\nimport time\ntime.sleep(30)", {}};
+        auto call = tool.execute_code(caller_, std::move(arguments));
+        auto outcome =
+            co_await (std::move(call) || timer.async_wait(boost::asio::use_awaitable));
         co_return outcome.index() == 1;
     };
     EXPECT_TRUE(run_blocking(io, race()));
     EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
     ASSERT_EQ(backend_->acquired.size(), 1u);
-    EXPECT_TRUE(leftovers("codeact").empty());
+    EXPECT_TRUE(leftovers("codeact").empty()) << log_text_.str();
 }
 
 TEST_F(KindsTest, CallWithNoThreadIsRefusedWithAFixedSentence) {

@@ -9,6 +9,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using tcp = boost::asio::ip::tcp;
+using testing::run_until_done;
 using testing::sleep_for;
 using testing::tls_server;
 using testing::trusting_client;
@@ -27,7 +28,7 @@ std::uint16_t closed_port(boost::asio::io_context& io) {
 TEST_F(HttpFailures, RefusedConnectionIsNotSent) {
     HttpClient client(io.get_executor(), trusting_client());
     try {
-        run_blocking(io, client.send({"POST",
+        run_until_done(io, client.send({"POST",
                                       fmt::format("https://127.0.0.1:{}/exec", closed_port(io)),
                                       {},
                                       "{}"}));
@@ -49,7 +50,7 @@ TEST_F(HttpFailures, ConnectionDroppedMidResponseIsSentAndHandlerRan) {
     const auto port = server.start();
     HttpClient client(io.get_executor(), trusting_client());
     try {
-        run_blocking(io, client.send({"POST", fmt::format("https://127.0.0.1:{}/x", port), {},
+        run_until_done(io, client.send({"POST", fmt::format("https://127.0.0.1:{}/x", port), {},
                                       R"({"command":"true"})"}));
         FAIL() << "a truncated response was accepted";
     } catch (const ResponseFailed& e) {
@@ -67,7 +68,7 @@ TEST_F(HttpFailures, DeadlineAfterSendingSaysSent) {
     HttpClient client(io.get_executor(), trusting_client());
     const auto start = std::chrono::steady_clock::now();
     try {
-        run_blocking(io, client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}},
+        run_until_done(io, client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}},
                                      RequestOptions{Seconds(0.2), {}}));
         FAIL() << "the deadline did not fire";
     } catch (const DeadlineExceeded& e) {
@@ -83,7 +84,7 @@ TEST_F(HttpFailures, DeadlineDuringHandshakeSaysNotSent) {
     silent.async_accept(held, [](boost::system::error_code) {});
     HttpClient client(io.get_executor(), trusting_client());
     try {
-        run_blocking(io, client.send({"POST",
+        run_until_done(io, client.send({"POST",
                                       fmt::format("https://127.0.0.1:{}/",
                                                   silent.local_endpoint().port()),
                                       {},
@@ -104,17 +105,17 @@ TEST_F(HttpFailures, ResponseOverTheBoundIsRefused) {
     const auto port = server.start();
     HttpClient client(io.get_executor(), trusting_client());
     const auto url = fmt::format("https://127.0.0.1:{}/", port);
-    EXPECT_THROW(run_blocking(io, client.send({"GET", url, {}, {}}, RequestOptions{{}, 1024})),
+    EXPECT_THROW(run_until_done(io, client.send({"GET", url, {}, {}}, RequestOptions{{}, 1024})),
                  ResponseTooLarge);
     // Within the bound the same answer arrives whole.
-    const auto r = run_blocking(io, client.send({"GET", url, {}, {}}, RequestOptions{{}, 128 * 1024}));
+    const auto r = run_until_done(io, client.send({"GET", url, {}, {}}, RequestOptions{{}, 128 * 1024}));
     EXPECT_EQ(r.body.size(), 64u * 1024);
 }
 
 TEST_F(HttpFailures, MalformedUrlIsInvalidArgument) {
     HttpClient client(io.get_executor(), trusting_client());
-    EXPECT_THROW(run_blocking(io, client.send({"GET", "ftp://x/", {}, {}})), InvalidArgument);
-    EXPECT_THROW(run_blocking(io, client.send({"GET", "/relative", {}, {}})), InvalidArgument);
+    EXPECT_THROW(run_until_done(io, client.send({"GET", "ftp://x/", {}, {}})), InvalidArgument);
+    EXPECT_THROW(run_until_done(io, client.send({"GET", "/relative", {}, {}})), InvalidArgument);
 }
 
 TEST(ParseHttpUrl, SplitsSchemeHostPortAndTarget) {

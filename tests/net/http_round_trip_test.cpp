@@ -8,6 +8,7 @@ namespace maf_sandbox::net {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::run_until_done;
 using testing::sleep_for;
 using testing::tls_server;
 using testing::trusting_client;
@@ -36,7 +37,7 @@ TEST_F(HttpRoundTrip, TlsRequestReachesHandlerAndAnswerComesBackVerbatim) {
     request.target = fmt::format("https://127.0.0.1:{}/a/b%20c?x=1&y=%2F", port);
     request.headers.set("X-Test", "yes");
     request.body = std::string("bytes\0with nul", 14);
-    const auto response = run_blocking(io, client.send(request));
+    const auto response = run_until_done(io, client.send(request));
     EXPECT_EQ(response.status, 200);
     EXPECT_EQ(response.body, request.body);
     EXPECT_EQ(response.headers.get("x-method"), "PUT");
@@ -49,7 +50,7 @@ TEST_F(HttpRoundTrip, LocalhostNameIsVerifiedThroughSni) {
     HttpServer server(io.get_executor(), tls_server(), echo);
     const auto port = server.start();
     HttpClient client(io.get_executor(), trusting_client());
-    const auto response = run_blocking(
+    const auto response = run_until_done(
         io, client.send({"GET", fmt::format("https://localhost:{}/", port), {}, {}}));
     EXPECT_EQ(response.status, 200);
 }
@@ -58,7 +59,7 @@ TEST_F(HttpRoundTrip, PlainHttpWorksForTests) {
     HttpServer server(io.get_executor(), HttpServerOptions{}, echo);
     const auto port = server.start();
     HttpClient client(io.get_executor(), trusting_client());
-    const auto response = run_blocking(
+    const auto response = run_until_done(
         io, client.send({"POST", fmt::format("http://127.0.0.1:{}/p", port), {}, "hi"}));
     EXPECT_EQ(response.body, "hi");
     EXPECT_FALSE(server.tls());
@@ -76,7 +77,7 @@ TEST_F(HttpRoundTrip, UntrustedCertificateIsRefusedBeforeSending) {
     options.proxy = ProxySettings{};
     HttpClient client(io.get_executor(), options);
     try {
-        run_blocking(io, client.send({"POST", fmt::format("https://127.0.0.1:{}/", port), {}, "x"}));
+        run_until_done(io, client.send({"POST", fmt::format("https://127.0.0.1:{}/", port), {}, "x"}));
         FAIL() << "an unknown CA was trusted";
     } catch (const ConnectFailed& e) {
         EXPECT_FALSE(e.request_sent());
@@ -95,7 +96,7 @@ TEST_F(HttpRoundTrip, CertificateForAnotherNameIsRefused) {
     client_options.ca_pem = other.ca_certificate_pem;
     HttpClient client(io.get_executor(), client_options);
     EXPECT_THROW(
-        run_blocking(io, client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}})),
+        run_until_done(io, client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}})),
         ConnectFailed);
 }
 
@@ -111,7 +112,7 @@ TEST_F(HttpRoundTrip, CaFileIsTrusted) {
     options.proxy = ProxySettings{};
     HttpClient client(io.get_executor(), options);
     const auto response =
-        run_blocking(io, client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}}));
+        run_until_done(io, client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}}));
     EXPECT_EQ(response.status, 200);
     std::filesystem::remove_all(dir);
 }
@@ -126,10 +127,10 @@ TEST_F(HttpRoundTrip, KeepAliveReusesOneConnection) {
     HttpServer server(io.get_executor(), tls_server(), echo);
     const auto port = server.start();
     HttpClient client(io.get_executor(), trusting_client());
-    run_blocking(io, [&]() -> Task<void> {
+    run_until_done(io, [&]() -> Task<void> {
         for (int i = 0; i < 5; ++i) {
-            const auto r = co_await client.send(
-                {"GET", fmt::format("https://127.0.0.1:{}/{}", port, i), {}, {}});
+            HttpRequest request{"GET", fmt::format("https://127.0.0.1:{}/{}", port, i), {}, {}};
+            const auto r = co_await client.send(std::move(request));
             EXPECT_EQ(r.headers.get("x-target"), fmt::format("/{}", i));
         }
     }());
@@ -143,11 +144,13 @@ TEST_F(HttpRoundTrip, ConnectionClosedByServerWhileIdleIsReplaced) {
     HttpServer server(io.get_executor(), options, echo);
     const auto port = server.start();
     HttpClient client(io.get_executor(), trusting_client());
-    run_blocking(io, [&]() -> Task<void> {
+    run_until_done(io, [&]() -> Task<void> {
         const auto url = fmt::format("https://127.0.0.1:{}/", port);
-        EXPECT_EQ((co_await client.send({"POST", url, {}, "1"})).body, "1");
+        HttpRequest first{"POST", url, {}, "1"};
+        EXPECT_EQ((co_await client.send(std::move(first))).body, "1");
         co_await sleep_for(400ms);
-        EXPECT_EQ((co_await client.send({"POST", url, {}, "2"})).body, "2");
+        HttpRequest second{"POST", url, {}, "2"};
+        EXPECT_EQ((co_await client.send(std::move(second))).body, "2");
     }());
     EXPECT_EQ(client.stats().connections_opened, 2u);
 }
@@ -168,8 +171,8 @@ TEST_F(HttpRoundTrip, ServerAnswersConcurrentConnectionsConcurrently) {
         boost::asio::co_spawn(
             io,
             [&]() -> Task<void> {
-                auto r = co_await client.send(
-                    {"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}});
+                HttpRequest request{"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}};
+                auto r = co_await client.send(std::move(request));
                 EXPECT_EQ(r.status, 200);
                 ++done;
             },
@@ -192,7 +195,7 @@ TEST_F(HttpRoundTrip, HandlerExceptionBecomes500) {
     const auto port = server.start();
     HttpClient client(io.get_executor(), trusting_client());
     const auto r =
-        run_blocking(io, client.send({"GET", fmt::format("http://127.0.0.1:{}/", port), {}, {}}));
+        run_until_done(io, client.send({"GET", fmt::format("http://127.0.0.1:{}/", port), {}, {}}));
     EXPECT_EQ(r.status, 500);
 }
 
@@ -202,7 +205,7 @@ TEST_F(HttpRoundTrip, OversizedRequestBodyIsAnswered413) {
     HttpServer server(io.get_executor(), options, echo);
     const auto port = server.start();
     HttpClient client(io.get_executor(), trusting_client());
-    const auto r = run_blocking(io, client.send({"PUT", fmt::format("https://127.0.0.1:{}/", port),
+    const auto r = run_until_done(io, client.send({"PUT", fmt::format("https://127.0.0.1:{}/", port),
                                                  {}, std::string(4096, 'x')}));
     EXPECT_EQ(r.status, 413);
 }
@@ -217,9 +220,13 @@ TEST_F(HttpRoundTrip, GracefulStopFinishesInFlightAndRefusesNewConnections) {
     const auto url = fmt::format("https://127.0.0.1:{}/slow", port);
     std::optional<HttpResponse> in_flight;
     boost::asio::co_spawn(
-        io, [&]() -> Task<void> { in_flight = co_await client.send({"POST", url, {}, "kept"}); },
+        io,
+        [&]() -> Task<void> {
+            HttpRequest request{"POST", url, {}, "kept"};
+            in_flight = co_await client.send(std::move(request));
+        },
         boost::asio::detached);
-    run_blocking(io, [&]() -> Task<void> {
+    run_until_done(io, [&]() -> Task<void> {
         co_await sleep_for(50ms);
         EXPECT_EQ(server.in_flight(), 1u);
         co_await server.stop(Seconds(5));
@@ -229,7 +236,7 @@ TEST_F(HttpRoundTrip, GracefulStopFinishesInFlightAndRefusesNewConnections) {
     EXPECT_EQ(in_flight->body, "kept");
     EXPECT_EQ(in_flight->headers.get("connection"), "close");
     HttpClient fresh(io.get_executor(), trusting_client());
-    EXPECT_THROW(run_blocking(io, fresh.send({"GET", url, {}, {}})), ConnectFailed);
+    EXPECT_THROW(run_until_done(io, fresh.send({"GET", url, {}, {}})), ConnectFailed);
 }
 
 TEST_F(HttpRoundTrip, GracefulStopIsBoundedByGrace) {
@@ -244,14 +251,15 @@ TEST_F(HttpRoundTrip, GracefulStopIsBoundedByGrace) {
         io,
         [&]() -> Task<void> {
             try {
-                co_await client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}});
+                HttpRequest request{"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}};
+                co_await client.send(std::move(request));
             } catch (const NetError& e) {
                 failed_after_send = e.request_sent();
             }
         },
         boost::asio::detached);
     const auto start = std::chrono::steady_clock::now();
-    run_blocking(io, [&]() -> Task<void> {
+    run_until_done(io, [&]() -> Task<void> {
         co_await sleep_for(50ms);
         co_await server.stop(Seconds(0.2));
     }());

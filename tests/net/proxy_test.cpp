@@ -14,6 +14,7 @@ namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using namespace boost::asio::experimental::awaitable_operators;
 using tcp = asio::ip::tcp;
+using testing::run_until_done;
 using testing::tls_server;
 using testing::trusting_client;
 
@@ -100,7 +101,7 @@ TEST_F(ProxyTunnel, HttpsGoesThroughConnectWithCredentials) {
     auto options = trusting_client();
     options.proxy = ProxySettings{fmt::format("http://alice:s3cret@127.0.0.1:{}", proxy.port()), ""};
     HttpClient client(io.get_executor(), options);
-    const auto r = run_blocking(io, client.send({"GET", "https://emulator.test:8443/x", {}, {}}));
+    const auto r = run_until_done(io, client.send({"GET", "https://emulator.test:8443/x", {}, {}}));
     EXPECT_EQ(r.status, 200);
     EXPECT_EQ(r.body, "hello emulator.test:8443");
     ASSERT_EQ(proxy.heads().size(), 1u);
@@ -111,7 +112,7 @@ TEST_F(ProxyTunnel, HttpsGoesThroughConnectWithCredentials) {
               std::string::npos)
         << proxy.heads()[0];
     // The tunnelled connection is pooled like any other.
-    run_blocking(io, client.send({"GET", "https://emulator.test:8443/y", {}, {}}));
+    run_until_done(io, client.send({"GET", "https://emulator.test:8443/y", {}, {}}));
     EXPECT_EQ(proxy.heads().size(), 1u);
 }
 
@@ -122,7 +123,7 @@ TEST_F(ProxyTunnel, RefusedTunnelIsNotSent) {
     options.proxy = ProxySettings{fmt::format("127.0.0.1:{}", proxy.port()), ""};
     HttpClient client(io.get_executor(), options);
     try {
-        run_blocking(io, client.send({"POST", "https://emulator.test/", {}, "x"}));
+        run_until_done(io, client.send({"POST", "https://emulator.test/", {}, "x"}));
         FAIL() << "a refused tunnel carried the request";
     } catch (const ConnectFailed& e) {
         EXPECT_FALSE(e.request_sent());
@@ -137,8 +138,8 @@ TEST_F(ProxyTunnel, LoopbackAndNoProxyHostsBypassTheProxy) {
     auto options = trusting_client();
     options.proxy = ProxySettings{fmt::format("http://127.0.0.1:{}", proxy.port()), ""};
     HttpClient client(io.get_executor(), options);
-    run_blocking(io, client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}}));
-    run_blocking(io, client.send({"GET", fmt::format("https://localhost:{}/", port), {}, {}}));
+    run_until_done(io, client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}}));
+    run_until_done(io, client.send({"GET", fmt::format("https://localhost:{}/", port), {}, {}}));
     EXPECT_TRUE(proxy.heads().empty());
 }
 

@@ -43,8 +43,6 @@ namespace {
 constexpr std::uint64_t kDefaultOutputCap = 64 * kMiB;
 constexpr const char* kPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-struct OutputOverflow {};
-
 class Fd {
   public:
     explicit Fd(int fd = -1) : fd_(fd) {}
@@ -122,8 +120,10 @@ void ignore_sigpipe_once() {
     std::call_once(once, [] { ::signal(SIGPIPE, SIG_IGN); });
 }
 
+// Reads one stream to its end. Over the cap it kills the process group and stops reading: an
+// exception here would not cancel the sibling operations promptly, a dead group does.
 Task<void> drain(asio::posix::stream_descriptor& stream, std::string& head, std::uint64_t& total,
-                 std::uint64_t cap) {
+                 std::uint64_t cap, bool& overflowed, const Child& child) {
     std::array<char, 65536> buffer{};
     for (;;) {
         auto [error, count] = co_await stream.async_read_some(asio::buffer(buffer),
@@ -138,7 +138,10 @@ Task<void> drain(asio::posix::stream_descriptor& stream, std::string& head, std:
         const auto room = cap > head.size() ? cap - head.size() : 0;
         head.append(buffer.data(), std::min<std::uint64_t>(count, room));
         if (total > cap) {
-            throw OutputOverflow{};
+            overflowed = true;
+            child.kill_group();
+            stream.close();
+            co_return;
         }
     }
 }
@@ -198,6 +201,8 @@ Task<ExecResult> HostShellSandbox::exec(ExecRequest request) {
     }
     if (pid == 0) {
         ::setsid();
+        // The test process ignores SIGPIPE; the command must not inherit that.
+        ::signal(SIGPIPE, SIG_DFL);
         ::dup2(in.read.get(), 0);
         ::dup2(out.write.get(), 1);
         ::dup2(err.write.get(), 2);
@@ -228,12 +233,13 @@ Task<ExecResult> HostShellSandbox::exec(ExecRequest request) {
     ExecResult result;
     std::uint64_t stdout_total = 0;
     std::uint64_t stderr_total = 0;
-    try {
-        auto outcome = co_await ((drain(stdout_stream, result.stdout_bytes, stdout_total, cap) &&
-                                  drain(stderr_stream, result.stderr_bytes, stderr_total, cap) &&
-                                  feed(stdin_stream, std::move(request.stdin_bytes)) &&
-                                  wait_exit(exit_stream, child)) ||
-                                 deadline.async_wait(asio::use_awaitable));
+    bool overflowed = false;
+    {
+        auto outcome = co_await (
+            (drain(stdout_stream, result.stdout_bytes, stdout_total, cap, overflowed, child) &&
+             drain(stderr_stream, result.stderr_bytes, stderr_total, cap, overflowed, child) &&
+             feed(stdin_stream, std::move(request.stdin_bytes)) && wait_exit(exit_stream, child)) ||
+            deadline.async_wait(asio::use_awaitable));
         if (outcome.index() == 1) {
             child.kill_group();
             throw Timeout(
@@ -243,8 +249,8 @@ Task<ExecResult> HostShellSandbox::exec(ExecRequest request) {
                             request.timeout.count()));
         }
         result.exit_code = std::get<0>(outcome);
-    } catch (const OutputOverflow&) {
-        child.kill_group();
+    }
+    if (overflowed) {
         throw ExecOutputLimitExceeded(
             fmt::format("the command wrote more than {} bytes on one stream and was killed; "
                         "write less, or redirect the output to a file",

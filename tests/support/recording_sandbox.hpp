@@ -18,7 +18,7 @@
 namespace maf_sandbox::testing {
 
 class RecordingSandbox : public Sandbox {
-public:
+  public:
     explicit RecordingSandbox(Sandbox& inner) : inner_(inner) {}
 
     // What was asked, in order.
@@ -61,8 +61,7 @@ public:
     Task<void> write_file(std::string path, std::string content,
                           std::string working_directory) override {
         writes.push_back(path);
-        return inner_.write_file(std::move(path), std::move(content),
-                                 std::move(working_directory));
+        return inner_.write_file(std::move(path), std::move(content), std::move(working_directory));
     }
     Task<std::optional<SandboxEntry>> stat_file(std::string path,
                                                 std::string working_directory) override {
@@ -90,7 +89,7 @@ public:
         return inner_.reclaim(std::move(directory), std::move(working_directory), timeout);
     }
 
-private:
+  private:
     Sandbox& inner_;
 };
 

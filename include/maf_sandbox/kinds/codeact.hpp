@@ -64,7 +64,7 @@ public:
     // directory, after copying the named store files into it. Never throws except cancellation
     // (a cancelled call still cleans up): refusals and failures come back as a ToolResult with a
     // fixed sentence.
-    Task<ToolResult> execute_code(const CallerContext& caller, CodeActArguments arguments,
+    Task<ToolResult> execute_code(CallerContext caller, CodeActArguments arguments,
                                   ProgressReporter progress = {});
 
 private:

@@ -43,7 +43,7 @@ public:
     // Creates the call directory, runs `command` there through the guest's shell and returns the
     // command's own output and exit code. Never throws except cancellation (a cancelled call still
     // cleans up).
-    Task<ToolResult> run_shell(const CallerContext& caller, std::string command,
+    Task<ToolResult> run_shell(CallerContext caller, std::string command,
                                ProgressReporter progress = {});
 
 private:

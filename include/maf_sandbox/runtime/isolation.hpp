@@ -55,7 +55,7 @@ struct GeneratedFile {
 };
 
 // How a sandbox's root filesystem is assembled, all ids as seen on the host.
-struct MountPlan {
+struct RootPlan {
     std::vector<std::filesystem::path> lower_dirs;  // overlay lowers, topmost first; empty: none
     std::vector<BindMount> ro_binds;                // bound read-only after the root is built
     std::vector<GeneratedFile> files;               // e.g. an /etc/passwd naming the guest user
@@ -69,6 +69,12 @@ struct MountPlan {
     gid_t guest_gid = 0;
 };
 
+struct MountPlan;  // images.hpp: what an image asks for
+
+// The root plan for an image: its lower layer, its read-only binds, its guest directories. The
+// sizes keep their defaults and the ids are filled in by launch_sandbox.
+RootPlan root_plan_for(const MountPlan& image, std::vector<std::string> guest_dirs);
+
 // The name of the old-root directory pivot_root parks the host root on.
 inline constexpr const char* kOldRootDir = ".oldroot";
 
@@ -77,7 +83,7 @@ inline constexpr const char* kOldRootDir = ".oldroot";
 // dirs when it has any, read-only binds, a minimal /dev, /tmp, the guest's dirs) and returns its
 // path. Every mount lives only in this (and the sandbox's copied) mount namespace, so nothing
 // can leak onto the host. Throws SystemError naming the mount.
-std::filesystem::path prepare_root(const MountPlan& plan, const std::filesystem::path& sandbox_dir);
+std::filesystem::path prepare_root(const RootPlan& plan, const std::filesystem::path& sandbox_dir);
 
 // Inside the new namespaces, with the current directory at the prepared root: pivot_root into
 // it, mount a fresh /proc, detach the host's root. Throws SystemError.

@@ -25,7 +25,7 @@ namespace maf_sandbox::runtime {
 struct SandboxLaunch {
     std::string id;                     // names the cgroups (maf-sbx-<id>)
     std::filesystem::path sandbox_dir;  // exists; the runtime keeps its files here
-    MountPlan mounts;                   // the uid/gid fields are filled in from `ids` and the guest
+    RootPlan mounts;                   // the uid/gid fields are filled in from `ids` and the guest
     IdMapping ids = kDefaultIdMapping;
     uid_t guest_uid = 1000;             // inside the user namespace (0 = root inside)
     gid_t guest_gid = 1000;

@@ -31,7 +31,7 @@ struct SupervisorConfig {
     std::string id;
     std::filesystem::path sandbox_dir;  // host path; the root and the socket live here
     std::filesystem::path socket_path;
-    MountPlan mounts;
+    RootPlan mounts;
     IdMapping ids;
     uid_t guest_uid = 0;  // inside the user namespace
     gid_t guest_gid = 0;

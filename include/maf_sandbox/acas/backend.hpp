@@ -1,0 +1,57 @@
+// AcasBackend: the protocol's SandboxBackend over the ACAS data plane (the maf-sandbox-acas
+// 0.25.0 README, in C++). It declares microvm against the real service; in emulator mode it
+// declares the rung the acas-emulator names in its x-acas-emulator header (and refuses that header
+// when emulator mode is off), so the router's floor stays honest.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "maf_sandbox/acas/config.hpp"
+#include "maf_sandbox/acas/errors.hpp"
+#include "maf_sandbox/core/sandbox.hpp"
+
+namespace maf_sandbox::acas {
+
+inline constexpr std::string_view kBackendName = "acas";
+
+class AcasBackend : public SandboxBackend {
+public:
+    // Validates the config and logs the one-time preview warning unless silenced. Does no I/O.
+    explicit AcasBackend(AcasSandboxConfig config);
+    ~AcasBackend() override;
+
+    std::string name() const override { return std::string(kBackendName); }
+    // microvm; in emulator mode the rung the emulator named, or `none` until discover() (or any
+    // answer) has seen it.
+    Isolation isolation() const override;
+    BackendDeclarations declarations() const override;
+
+    // One catalogue request that learns the emulator's rung (and, off emulator mode, proves the
+    // endpoint is not an emulator). Call it before handing the backend to a router in emulator
+    // mode.
+    Task<void> discover();
+
+    Task<std::shared_ptr<Sandbox>> acquire(SandboxKey key, SandboxSpec spec) override;
+    Task<std::optional<DisposalFailure>> dispose(SandboxKey key,
+                                                 std::optional<std::string> kind) override;
+    Task<ScopePurge> dispose_scope(std::string scope, std::string thread_id) override;
+    // Drains running operations (bounded by client_close), permanently refuses new work, closes
+    // clients; never touches a sandbox. Throws AcasClientCloseError when work was still running
+    // at the bound.
+    Task<void> close() override;
+
+    // The service id of the key's sandbox of `kind` held by this backend, if any (for tests and
+    // the CLI's listing).
+    std::optional<std::string> held_sandbox_id(const SandboxKey& key, const std::string& kind) const;
+    // HTTP requests sent by this backend's clients so far (benchmarks, tests).
+    std::size_t requests_sent() const;
+
+    struct State;
+
+private:
+    std::shared_ptr<State> state_;
+};
+
+}  // namespace maf_sandbox::acas

@@ -1,0 +1,114 @@
+// The Model Context Protocol server (https://modelcontextprotocol.io, revision 2025-06-18; clients
+// speaking 2025-03-26 or 2024-11-05 are answered in their version). JSON-RPC 2.0 over any transport:
+// a transport opens one McpSession per MCP session and feeds it message texts.
+//
+// The tools are the kinds: `execute_code` (codeact) and `run_shell` (shell). A sandbox key's scope
+// and agent come from the server configuration and its thread is the MCP session id: no tool
+// argument can set or change it. Closing a session disposes its sandboxes.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "maf_sandbox/core/router.hpp"
+#include "maf_sandbox/core/sandbox.hpp"
+#include "maf_sandbox/kinds/codeact.hpp"
+#include "maf_sandbox/kinds/shell.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace maf_sandbox::mcp {
+
+inline constexpr std::string_view kLatestProtocolVersion = "2025-06-18";
+
+// Every protocol revision this server speaks, newest first.
+const std::vector<std::string>& supported_protocol_versions();
+
+// The version the server answers an initialize with: the client's when supported, else the
+// latest.
+std::string negotiate_protocol_version(std::string_view requested);
+
+struct McpServerConfig {
+    std::string server_name = "maf-sandbox";
+    std::string server_version = "0.0.0";
+    // The sandbox key's scope and agent for every session of this server.
+    std::string scope = "maf-sandbox-mcp";
+    std::string agent_dir = "mcp";
+    // How long closing a session may take (cancelling calls, then disposing).
+    Seconds close_timeout{1.5};
+};
+
+// Sends one JSON-RPC message text (a notification) to the session's client, outside any response.
+using MessageSink = std::function<void(std::string message)>;
+
+class McpServer;
+
+// One MCP session. Single-threaded: use it from the executor it was opened on.
+class McpSession {
+public:
+    ~McpSession();
+    McpSession(const McpSession&) = delete;
+    McpSession& operator=(const McpSession&) = delete;
+
+    const std::string& id() const;
+    bool initialized() const;
+    // The protocol version negotiated by initialize (empty before).
+    const std::string& protocol_version() const;
+
+    // Handles one message text. Returns the response text for a request, nullopt for a
+    // notification, a client response, or a request that was cancelled (the protocol sends no
+    // response then). Malformed input is answered with a JSON-RPC error (-32700 parse error,
+    // -32600 invalid request, -32601 unknown method, -32602 invalid params). Requests run
+    // concurrently; notifications/cancelled cancels one in flight, which still cleans up.
+    Task<std::optional<std::string>> handle(std::string text);
+
+    // Cancels every call in flight, waits for them (bounded by the server's close_timeout) and
+    // disposes the session's sandboxes (router dispose_scope(scope, session id)). Idempotent;
+    // never throws. Afterwards every request is refused.
+    Task<void> close();
+
+    // Where notifications (progress) go; unset drops them.
+    void set_message_sink(MessageSink sink);
+
+private:
+    friend class McpServer;
+    struct Impl;
+    explicit McpSession(std::shared_ptr<Impl> impl);
+    std::shared_ptr<Impl> impl_;
+};
+
+class McpServer {
+public:
+    // Either tool may be null (it is then not offered). `log` receives the details the model never
+    // sees, and one line per session end naming how many sandboxes were disposed.
+    McpServer(McpServerConfig config, std::shared_ptr<SandboxRouter> router,
+              std::shared_ptr<kinds::CodeActTool> codeact, std::shared_ptr<kinds::ShellTool> shell,
+              std::shared_ptr<spdlog::logger> log);
+    ~McpServer();
+    McpServer(const McpServer&) = delete;
+    McpServer& operator=(const McpServer&) = delete;
+
+    const McpServerConfig& config() const;
+
+    // Opens a session whose id (the sandbox key's thread) is `session_id`, or a fresh random one
+    // when empty.
+    std::shared_ptr<McpSession> open_session(std::string session_id = {});
+
+    // The tools/list result (a JSON object text) as a client of `protocol_version` sees it.
+    std::string tools_list(std::string_view protocol_version = kLatestProtocolVersion) const;
+
+private:
+    struct Impl;
+    std::shared_ptr<Impl> impl_;
+};
+
+// A random 32-hex-digit session id.
+std::string new_session_id();
+
+}  // namespace maf_sandbox::mcp

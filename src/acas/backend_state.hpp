@@ -1,0 +1,166 @@
+// AcasBackend's shared state: held sandboxes, retained deletions, the per-key acquire locks, the
+// scope-purge barrier, the client pool, and the AcasSandbox handed to callers. Sandboxes keep a
+// shared_ptr to this state, so a handle outliving the backend object still works until close().
+#pragma once
+
+#include <atomic>
+#include <boost/asio/any_io_executor.hpp>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "async_mutex.hpp"
+#include "maf_sandbox/acas/backend.hpp"
+#include "maf_sandbox/acas/client.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace maf_sandbox::acas {
+
+// The egress a sandbox was created with: mode and the case-folded host set (order ignored).
+struct EgressRecord {
+    Egress mode = Egress::closed;
+    std::set<std::string> hosts;
+    bool operator==(const EgressRecord&) const = default;
+};
+EgressRecord egress_of(const SandboxSpec& spec);
+EgressRecord egress_of(const SandboxInfo& info);
+std::string describe(const EgressRecord& record);
+
+struct Binding {
+    std::string authority;
+    std::string generation;
+    std::function<std::shared_ptr<azure::TokenCredential>(boost::asio::any_io_executor)> factory;
+};
+
+using SlotKey = std::pair<SandboxKey, std::string>;  // (key, kind)
+
+struct HeldSandbox {
+    std::string id;
+    SandboxKey key;
+    std::string kind;
+    std::string base;
+    EgressRecord egress;
+    Binding binding;
+    std::atomic<bool> invalidated{false};
+    // Probe results cached with the sandbox; failures are not cached (the next acquire retries).
+    std::mutex probe_mutex;
+    bool capture_ok = false;
+    bool host_tools_ok = false;
+    bool removal_probed = false;
+    std::optional<bool> removal_verdict;
+};
+
+class ClientLease;
+
+struct AcasBackend::State : std::enable_shared_from_this<AcasBackend::State> {
+    explicit State(AcasSandboxConfig config);
+
+    AcasSandboxConfig config;
+    bool emulator = false;
+    std::shared_ptr<spdlog::logger> log;
+
+    mutable std::mutex mutex;
+    std::map<SlotKey, std::shared_ptr<HeldSandbox>> held;
+    std::map<SlotKey, std::set<std::string>> retained;
+    std::map<SlotKey, std::shared_ptr<detail::AsyncMutex>> locks;
+    std::map<std::pair<std::string, std::string>, int> acquiring;
+    std::map<std::pair<std::string, std::string>, int> purging;
+    std::optional<Isolation> rung;
+    std::set<std::string> prebuilt_cache;
+    std::map<std::string, std::string> disk_image_cache;
+    bool closed = false;
+    int active = 0;
+
+    struct PoolEntry {
+        boost::asio::any_io_executor executor;
+        const void* context = nullptr;
+        std::string authority;
+        std::string generation;
+        std::shared_ptr<azure::TokenCredential> credential;
+        std::shared_ptr<AcasClient> client;
+        int leases = 0;
+        SteadyClock::time_point last_used;
+    };
+    std::vector<std::shared_ptr<PoolEntry>> pool;
+    std::size_t requests_of_closed_clients = 0;
+
+    // Counts a running operation for close(); throws AcasBackendClosed after close().
+    class Operation {
+    public:
+        explicit Operation(std::shared_ptr<State> state);
+        ~Operation();
+        Operation(const Operation&) = delete;
+        Operation& operator=(const Operation&) = delete;
+
+    private:
+        std::shared_ptr<State> state_;
+    };
+
+    Task<Binding> resolve(AcasCredentialRequest request);
+    // A client for `binding` on the calling coroutine's io_context.
+    Task<ClientLease> lease(const Binding& binding);
+    std::shared_ptr<detail::AsyncMutex> lock_for(const SlotKey& slot);
+    void observe(const AcasClient& client);
+
+    // DELETE then poll until 404, bounded by `budget`; nullopt on success.
+    Task<std::optional<DisposalFailure>> delete_and_wait(AcasClient& client, std::string id,
+                                                         Seconds budget);
+    // Marks the sandbox unusable, forgets it and deletes it (retaining the id on failure).
+    Task<void> invalidate(std::shared_ptr<HeldSandbox> sandbox, std::string reason);
+};
+
+class ClientLease {
+public:
+    ClientLease() = default;
+    ClientLease(std::shared_ptr<AcasBackend::State> state,
+                std::shared_ptr<AcasBackend::State::PoolEntry> entry);
+    ClientLease(ClientLease&& other) noexcept;
+    ClientLease& operator=(ClientLease&& other) noexcept;
+    ~ClientLease();
+    AcasClient& client() const { return *entry_->client; }
+    AcasClient* operator->() const { return entry_->client.get(); }
+
+private:
+    void release();
+    std::shared_ptr<AcasBackend::State> state_;
+    std::shared_ptr<AcasBackend::State::PoolEntry> entry_;
+};
+
+class AcasSandbox : public Sandbox {
+public:
+    AcasSandbox(std::shared_ptr<AcasBackend::State> state, std::shared_ptr<HeldSandbox> held);
+
+    std::string base_directory() const override;
+    Task<ExecResult> exec(ExecRequest request) override;
+    Task<ExecResult> run_code(std::string code, Seconds timeout) override;
+    Task<void> write_file(std::string path, std::string content,
+                          std::string working_directory) override;
+    Task<std::optional<SandboxEntry>> stat_file(std::string path,
+                                                std::string working_directory) override;
+    Task<std::string> read_file(std::string path, std::string working_directory,
+                                std::uint64_t max_bytes) override;
+    Task<std::vector<SandboxEntry>> list_dir(std::string path,
+                                             std::string working_directory) override;
+    Task<void> remove(std::string path, std::string working_directory, bool recursive) override;
+    Task<void> reclaim(std::string directory, std::string working_directory,
+                       Seconds timeout) override;
+
+    const std::string& id() const { return held_->id; }
+    // The unconfined, no-follow stat the ancestor walk runs on (absolute path).
+    Task<std::optional<SandboxEntry>> raw_stat(std::string absolute_path, Deadline deadline);
+
+private:
+    void require_usable() const;
+
+    std::shared_ptr<AcasBackend::State> state_;
+    std::shared_ptr<HeldSandbox> held_;
+};
+
+}  // namespace maf_sandbox::acas

@@ -1,0 +1,324 @@
+// AcasSandbox: one ACAS sandbox as the protocol's Sandbox. Exec is bounded byte capture over the
+// text-only exec; writes run as the guest; stat/read/list are native with the ancestor walk;
+// removal runs as the guest and is confirmed through the file plane.
+#include <boost/asio/this_coro.hpp>
+#include <fmt/format.h>
+#include <spdlog/logger.h>
+
+#include "backend_state.hpp"
+#include "exec_capture.hpp"
+#include "maf_sandbox/acas/errors.hpp"
+#include "maf_sandbox/core/file_transfer.hpp"
+#include "maf_sandbox/core/paths.hpp"
+#include "maf_sandbox/core/shell_quote.hpp"
+#include "maf_sandbox/net/http.hpp"
+#include "wire.hpp"
+
+namespace maf_sandbox::acas {
+
+namespace asio = boost::asio;
+
+namespace {
+
+bool is_environment_name(const std::string& name) {
+    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+    for (char c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+    }
+    return true;
+}
+
+std::string command_line(const ExecRequest& request) {
+    std::string line = std::visit(
+        [](const auto& command) -> std::string {
+            if constexpr (std::is_same_v<std::decay_t<decltype(command)>, Argv>) {
+                return shell_join(command);
+            } else {
+                return command;
+            }
+        },
+        request.command);
+    // Only the request's own variables reach the guest: nothing of the host's environment.
+    std::string prefix;
+    for (const auto& [name, value] : request.environment) {
+        if (!is_environment_name(name)) {
+            throw InvalidArgument(fmt::format(
+                "'{}' is not a valid environment variable name; use letters, digits and _", name));
+        }
+        prefix += fmt::format("export {}={}; ", name, shell_quote(value));
+    }
+    return prefix + line;
+}
+
+std::string relative_to(const std::string& absolute, const std::string& working_directory) {
+    auto relative = guest_path_relative_to(absolute, working_directory);
+    if (!relative || relative->empty()) return ".";
+    return *relative;
+}
+
+}  // namespace
+
+AcasSandbox::AcasSandbox(std::shared_ptr<AcasBackend::State> state, std::shared_ptr<HeldSandbox> held)
+    : state_(std::move(state)), held_(std::move(held)) {}
+
+std::string AcasSandbox::base_directory() const { return held_->base; }
+
+void AcasSandbox::require_usable() const {
+    if (held_->invalidated) {
+        throw SandboxOutputError(
+            "this sandbox was invalidated by an earlier failure and is being disposed; reacquire it");
+    }
+}
+
+Task<ExecResult> AcasSandbox::run_code(std::string, Seconds) {
+    throw NotImplemented(
+        "the ACAS backend does not run code directly; run the interpreter with exec instead");
+}
+
+Task<void> AcasSandbox::reclaim(std::string, std::string, Seconds) {
+    // Safe ancestry for a host-authority delete cannot be established, so nothing is called.
+    throw NotImplemented(
+        "ACAS withholds reclaim: dispose the sandbox instead (the router does this for you)");
+}
+
+Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
+    State::Operation operation(state_);
+    require_usable();
+    const auto line = command_line(request);
+    const auto working_directory = resolve_working_directory(request.working_directory, held_->base);
+    const std::uint64_t limit = request.max_output_bytes.value_or(state_->config.exec_output_limit_bytes);
+    const auto deadline = deadline_after(request.timeout);
+    const auto token = capture::new_token();
+    std::optional<std::string> stdin_path;
+    if (!request.stdin_bytes.empty()) {
+        // stdin is delivered by staging it as a guest file; the capture reads it from there.
+        stdin_path = capture::scratch_dir(token) + ".stdin";
+        co_await write_file_over_exec(*this, *stdin_path, request.stdin_bytes, "/",
+                                      std::chrono::duration<double>(deadline - SteadyClock::now()));
+    }
+    auto lease = co_await state_->lease(held_->binding);
+    std::exception_ptr failure;
+    bool sandbox_whole = false;
+    try {
+        const auto answer = co_await lease->exec(
+            held_->id, capture::capture_command(token, line, limit, stdin_path), working_directory,
+            deadline, 64 * 1024);
+        const auto manifest = capture::parse_manifest(token, answer.stdout_text);
+        if (answer.exit_code != 0 || !answer.stderr_text.empty() || !manifest) {
+            if (answer.exit_code == 127) {
+                throw SandboxCapabilityNotSupported(
+                    "the guest lacks a command bounded capture needs (sh mkdir mkfifo head cat wc "
+                    "dd base64 rm rmdir); see docs/acas.md for the image prerequisites");
+            }
+            throw SandboxOutputError(fmt::format(
+                "the guest's capture manifest was malformed (exit {}); the sandbox is disposed",
+                answer.exit_code));
+        }
+        std::string streams[2];
+        const std::uint64_t sizes[2] = {manifest->stdout_size, manifest->stderr_size};
+        const char* names[2] = {"stdout", "stderr"};
+        for (int s = 0; s < 2; ++s) {
+            const auto wanted = std::min<std::uint64_t>(sizes[s], limit);
+            for (std::uint64_t chunk = 0; streams[s].size() < wanted; ++chunk) {
+                const auto piece = co_await lease->exec(
+                    held_->id, capture::retrieval_command(token, names[s], chunk), std::string("/"),
+                    deadline, capture::kRetrievalAnswerBytes);
+                const auto bytes = piece.exit_code == 0 && piece.stderr_text.empty()
+                                       ? capture::parse_retrieval(token, piece.stdout_text)
+                                       : std::nullopt;
+                const auto expected =
+                    std::min<std::uint64_t>(capture::kChunkBytes, sizes[s] - streams[s].size());
+                if (!bytes || bytes->size() != expected) {
+                    throw SandboxOutputError(
+                        "retrieving captured output from the guest failed; the sandbox is disposed");
+                }
+                streams[s] += *bytes;
+            }
+            streams[s].resize(std::min<std::uint64_t>(streams[s].size(), limit));
+        }
+        const auto cleanup = co_await lease->exec(held_->id, capture::cleanup_command(token, stdin_path.has_value()),
+                                                  std::string("/"), deadline, 64 * 1024);
+        if (cleanup.exit_code != 0) {
+            // The bytes are complete: keep them and say where the scratch remains.
+            state_->log->warn(
+                "could not remove the exec scratch directory {} in sandbox {} (exit {}); it "
+                "remains until the sandbox is disposed",
+                capture::scratch_dir(token), held_->id, cleanup.exit_code);
+        }
+        if (sizes[0] > limit || sizes[1] > limit) {
+            sandbox_whole = true;
+            throw ExecOutputLimitExceeded(
+                fmt::format("the command's output exceeded the {}-byte per-stream limit", limit),
+                streams[0], streams[1], static_cast<std::size_t>(sizes[0] + sizes[1]),
+                manifest->exit_code);
+        }
+        co_return ExecResult{std::move(streams[0]), std::move(streams[1]), manifest->exit_code};
+    } catch (const AcasThrottled&) {
+        // Only a Retry-After wait was pending: nothing ran, the sandbox is whole.
+        throw;
+    } catch (const ExecOutputLimitExceeded&) {
+        if (sandbox_whole) throw;
+        failure = std::current_exception();
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    co_await state_->invalidate(held_, "an exec failed or timed out");
+    try {
+        std::rethrow_exception(failure);
+    } catch (const Timeout&) {
+        throw Timeout(fmt::format("the command did not finish within {:.1f} s; the sandbox was disposed",
+                                  request.timeout.count()));
+    }
+}
+
+Task<std::optional<SandboxEntry>> AcasSandbox::raw_stat(std::string absolute_path, Deadline deadline) {
+    auto lease = co_await state_->lease(held_->binding);
+    auto raw = co_await lease->stat_raw(held_->id, absolute_path, deadline);
+    if (!raw) co_return std::nullopt;
+    const auto entry = wire::parse_entry(*raw);
+    co_return SandboxEntry{absolute_path, entry.kind, entry.size};
+}
+
+Task<void> AcasSandbox::write_file(std::string path, std::string content,
+                                   std::string working_directory) {
+    State::Operation operation(state_);
+    require_usable();
+    const auto wd = resolve_working_directory(working_directory, held_->base);
+    const auto deadline = deadline_after(state_->config.read_timeout);
+    NoFollowStat stat = [this, deadline](std::string p) { return raw_stat(std::move(p), deadline); };
+    const auto target = co_await confine_guest_write_path(stat, path, wd);
+    // Always as the guest: no probe or guest output can select the host file plane.
+    co_await write_file_over_exec(*this, target, std::move(content), "/",
+                                  std::chrono::duration<double>(deadline - SteadyClock::now()));
+}
+
+Task<std::optional<SandboxEntry>> AcasSandbox::stat_file(std::string path,
+                                                         std::string working_directory) {
+    State::Operation operation(state_);
+    require_usable();
+    const auto wd = resolve_working_directory(working_directory, held_->base);
+    const auto absolute = confine_guest_path(path, wd);
+    const auto deadline = deadline_after(state_->config.read_timeout);
+    NoFollowStat stat = [this, deadline](std::string p) { return raw_stat(std::move(p), deadline); };
+    co_await refuse_symlinked_ancestors(stat, absolute, wd);
+    auto entry = co_await raw_stat(absolute, deadline);
+    if (!entry) co_return std::nullopt;
+    entry->path = relative_to(absolute, wd);
+    co_return entry;
+}
+
+Task<std::string> AcasSandbox::read_file(std::string path, std::string working_directory,
+                                         std::uint64_t max_bytes) {
+    State::Operation operation(state_);
+    require_usable();
+    const auto wd = resolve_working_directory(working_directory, held_->base);
+    const auto absolute = confine_guest_path(path, wd);
+    const auto deadline = deadline_after(state_->config.read_timeout);
+    NoFollowStat stat = [this, deadline](std::string p) { return raw_stat(std::move(p), deadline); };
+    co_await refuse_symlinked_ancestors(stat, absolute, wd);
+    const auto entry = co_await raw_stat(absolute, deadline);
+    if (!entry) throw FileNotFound(fmt::format("{} does not exist in the sandbox", path), ENOENT);
+    if (entry->kind == EntryKind::symlink) {
+        throw ConfinementEscape(fmt::format("{} is a link; links are named, never followed", path));
+    }
+    if (entry->kind == EntryKind::directory) {
+        throw IsADirectory(fmt::format("{} is a directory, not a file", path), EISDIR);
+    }
+    if (!entry->size_bytes) {
+        throw SandboxOutputSizeUnknown(fmt::format(
+            "the service did not report a trustworthy size for {}; refusing to read it", path));
+    }
+    if (*entry->size_bytes > max_bytes) {
+        throw SandboxTransferCapExceeded(fmt::format(
+            "{} is {} bytes, over the {}-byte cap; refused, not truncated", path, *entry->size_bytes,
+            max_bytes));
+    }
+    auto lease = co_await state_->lease(held_->binding);
+    std::optional<std::string> bytes;
+    try {
+        // The read follows links, so it runs only after the stat classified a regular file; a
+        // FIFO looks like an empty file and never answers, which the deadline turns into Timeout.
+        bytes = co_await lease->read_file(held_->id, absolute, max_bytes, deadline);
+    } catch (const Timeout&) {
+        throw Timeout(fmt::format(
+            "reading {} did not finish within read_timeout_seconds (a FIFO never answers); refused",
+            path));
+    }
+    if (!bytes) throw FileNotFound(fmt::format("{} disappeared before it was read", path), ENOENT);
+    co_return std::move(*bytes);
+}
+
+Task<std::vector<SandboxEntry>> AcasSandbox::list_dir(std::string path, std::string working_directory) {
+    State::Operation operation(state_);
+    require_usable();
+    const auto wd = resolve_working_directory(working_directory, held_->base);
+    const auto absolute = confine_guest_path(path, wd);
+    const auto deadline = deadline_after(state_->config.read_timeout);
+    NoFollowStat stat = [this, deadline](std::string p) { return raw_stat(std::move(p), deadline); };
+    co_await refuse_symlinked_ancestors(stat, absolute, wd, true);
+    const auto self = co_await raw_stat(absolute, deadline);
+    if (!self) throw FileNotFound(fmt::format("{} does not exist in the sandbox", path), ENOENT);
+    if (self->kind == EntryKind::symlink) {
+        throw ConfinementEscape(fmt::format("{} is a link; links are never listed through", path));
+    }
+    if (self->kind != EntryKind::directory) {
+        throw NotADirectory(fmt::format("{} is not a directory", path), ENOTDIR);
+    }
+    auto lease = co_await state_->lease(held_->binding);
+    const auto listing = co_await lease->list_raw(held_->id, absolute, deadline);
+    if (!listing) throw FileNotFound(fmt::format("{} does not exist in the sandbox", path), ENOENT);
+    const auto* entries = listing->if_contains("entries");
+    if (entries == nullptr || !entries->is_array()) {
+        throw AcasEntryPayloadIncomplete(
+            "the ACAS listing has no entries array; refusing to read it as empty");
+    }
+    std::vector<SandboxEntry> out;
+    for (const auto& item : entries->as_array()) {
+        auto entry = wire::parse_entry(item);
+        if (entry.path.empty()) {
+            throw AcasEntryPayloadIncomplete("an ACAS listing entry has no path");
+        }
+        const auto normal = normpath(entry.path);
+        if (guest_dirname(normal) != normpath(absolute) || normal == normpath(absolute)) {
+            throw ConfinementEscape(fmt::format(
+                "the listing of {} named an entry that is not its direct child; refused", path));
+        }
+        out.push_back(SandboxEntry{relative_to(normal, wd), entry.kind, entry.size});
+    }
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+    co_return out;
+}
+
+Task<void> AcasSandbox::remove(std::string path, std::string working_directory, bool recursive) {
+    State::Operation operation(state_);
+    require_usable();
+    const auto wd = resolve_working_directory(working_directory, held_->base);
+    const auto absolute = confine_guest_path(path, wd);
+    if (normpath(absolute) == normpath(wd)) {
+        throw ConfinementEscape("refusing to remove the working directory itself");
+    }
+    const auto deadline = deadline_after(state_->config.read_timeout);
+    NoFollowStat stat = [this, deadline](std::string p) { return raw_stat(std::move(p), deadline); };
+    co_await refuse_symlinked_ancestors(stat, absolute, wd);
+    const auto entry = co_await raw_stat(absolute, deadline);
+    if (!entry) co_return;  // missing is success, no command needed
+    if (entry->kind == EntryKind::directory && !recursive) {
+        throw FileError(fmt::format("{} is a directory; pass recursive to remove it", path), EISDIR);
+    }
+    // As the guest: the probe never authorizes a host-plane delete.
+    ExecRequest request;
+    request.command = Argv{"rm", recursive ? "-rf" : "-f", "--", absolute};
+    request.working_directory = "/";
+    request.timeout = std::chrono::duration<double>(deadline - SteadyClock::now());
+    request.max_output_bytes = 4096;
+    const auto result = co_await exec(std::move(request));
+    if (result.exit_code != 0) {
+        throw FileError(fmt::format("removing {} failed in the guest (exit {}): {}", path,
+                                    result.exit_code, result.stderr_text()));
+    }
+    if (co_await raw_stat(absolute, deadline)) {
+        throw FileError(fmt::format("{} is still present after the guest removed it", path));
+    }
+}
+
+}  // namespace maf_sandbox::acas

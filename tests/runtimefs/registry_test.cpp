@@ -1,0 +1,207 @@
+#include "maf_sandbox/runtime/registry.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "maf_sandbox/core/errors.hpp"
+#include "temp_dir.hpp"
+
+namespace maf_sandbox::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+SandboxRecord sample_record(std::map<std::string, std::string> labels = {{"scope", "s1"},
+                                                                         {"thread", "t1"}}) {
+    SandboxRecord record;
+    record.id = Registry::new_id();
+    record.labels = std::move(labels);
+    record.image = "host:latest";
+    record.limits = ResourceLimits{1 << 30, 512, 1.0, 2ull << 30};
+    record.runtime["cgroup_paths"] = boost::json::array{"/sys/fs/cgroup/pids/x"};
+    record.created_at = Clock::now();
+    record.last_used_at = record.created_at;
+    record.lifecycle.idle_timeout = std::chrono::seconds(600);
+    return record;
+}
+
+// A pid that existed and is gone: fork a child and reap it.
+pid_t dead_pid() {
+    const pid_t child = ::fork();
+    if (child == 0) {
+        ::_exit(0);
+    }
+    ::waitpid(child, nullptr, 0);
+    return child;
+}
+
+TEST(RegistryTest, RecordsRoundTripThroughCreateGetUpdateListAndRemove) {
+    TempDir temp;
+    Registry registry(temp.path() / "state");
+    auto record = sample_record();
+    registry.create(record);
+    EXPECT_TRUE(fs::is_directory(registry.sandbox_dir(record.id)));
+    auto loaded = registry.get(record.id);
+    ASSERT_TRUE(loaded);
+    EXPECT_EQ(loaded->labels, record.labels);
+    EXPECT_EQ(loaded->limits, record.limits);
+    EXPECT_EQ(loaded->runtime, record.runtime);
+    EXPECT_EQ(loaded->lifecycle, record.lifecycle);
+    EXPECT_EQ(std::chrono::duration_cast<std::chrono::milliseconds>(loaded->created_at -
+                                                                    record.created_at)
+                  .count(),
+              0);
+    EXPECT_THROW(registry.create(record), InvalidArgument);
+
+    record.state = SandboxState::running;
+    record.supervisor = SupervisorRef{::getpid(), *process_start_time(::getpid())};
+    registry.update(record);
+    EXPECT_EQ(registry.get(record.id)->state, SandboxState::running);
+    EXPECT_EQ(registry.list().size(), 1u);
+
+    registry.remove(record.id);
+    EXPECT_EQ(registry.get(record.id), std::nullopt);
+    EXPECT_FALSE(fs::exists(registry.sandbox_dir(record.id)));
+    EXPECT_NO_THROW(registry.remove(record.id));
+    EXPECT_THROW(registry.update(record), InvalidArgument);
+}
+
+TEST(RegistryTest, AStaleTemporaryFileFromACrashIsIgnored) {
+    TempDir temp;
+    Registry registry(temp.path());
+    auto record = sample_record();
+    registry.create(record);
+    // A crash mid-write leaves a temporary sibling; the record itself is whole.
+    std::ofstream(registry.sandbox_dir(record.id) / ".record.json.tmp-deadbeef") << "{\"id\":";
+    // A crash before the first record leaves a directory holding only a temporary file.
+    const auto orphan = Registry::new_id();
+    fs::create_directories(registry.sandbox_dir(orphan));
+    std::ofstream(registry.sandbox_dir(orphan) / ".record.json.tmp-0000") << "garbage";
+    ASSERT_TRUE(registry.get(record.id));
+    EXPECT_EQ(registry.get(orphan), std::nullopt);
+    const auto all = registry.list();
+    ASSERT_EQ(all.size(), 1u);
+    EXPECT_EQ(all[0].id, record.id);
+}
+
+TEST(RegistryTest, ListFiltersByLabelSelector) {
+    TempDir temp;
+    Registry registry(temp.path());
+    registry.create(sample_record({{"scope", "a"}, {"thread", "1"}, {"kind", "shell"}}));
+    registry.create(sample_record({{"scope", "a"}, {"thread", "2"}}));
+    registry.create(sample_record({{"scope", "b"}, {"thread", "1"}}));
+    EXPECT_EQ(registry.list(LabelSelector::parse("scope=a")).size(), 2u);
+    EXPECT_EQ(registry.list(LabelSelector::parse("scope=a, thread=1")).size(), 1u);
+    EXPECT_EQ(registry.list(LabelSelector::parse(std::vector<std::string>{"thread=1"})).size(), 2u);
+    EXPECT_EQ(registry.list(LabelSelector::parse("scope=c")).size(), 0u);
+    EXPECT_EQ(registry.list(LabelSelector::parse("kind=")).size(), 0u);
+}
+
+TEST(RegistryTest, BadSelectorsAreRefusedNamingTheProblem) {
+    const auto refused = [](std::string_view text, std::string_view says) {
+        try {
+            LabelSelector::parse(text);
+            ADD_FAILURE() << "accepted '" << text << "'";
+        } catch (const InvalidArgument& e) {
+            EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+        }
+    };
+    refused("scope", "no '='");
+    refused("=x", "empty key");
+    refused("scope=a b", "not valid");
+    refused("sc ope=a", "not valid");
+    refused("scope=a,,thread=b", "empty item");
+    refused("scope=a,scope=b", "twice");
+    refused("scope!=a", "'!='");
+    refused("", "empty");
+    refused(std::string("k=") + std::string(64, 'v'), "at most 63");
+    EXPECT_THROW(LabelSelector::parse(std::vector<std::string>{}), InvalidArgument);
+}
+
+TEST(RegistryTest, IdsAreRandomHexAndValidated) {
+    const auto a = Registry::new_id();
+    const auto b = Registry::new_id();
+    EXPECT_EQ(a.size(), 32u);
+    EXPECT_NE(a, b);
+    EXPECT_NO_THROW(Registry::validate_id(a));
+    EXPECT_THROW(Registry::validate_id("../etc"), InvalidArgument);
+    EXPECT_THROW(Registry::validate_id("ABCDEF0123456789"), InvalidArgument);
+    TempDir temp;
+    Registry registry(temp.path());
+    EXPECT_THROW(registry.sandbox_dir("../../x"), InvalidArgument);
+}
+
+TEST(RegistryTest, LivenessNeedsTheSamePidAndStartTime) {
+    auto record = sample_record();
+    const auto start = process_start_time(::getpid());
+    ASSERT_TRUE(start);
+    record.supervisor = SupervisorRef{::getpid(), *start};
+    EXPECT_TRUE(Registry::is_alive(record));
+    record.supervisor.start_time = *start + 1;  // the pid was reused by another process
+    EXPECT_FALSE(Registry::is_alive(record));
+    record.supervisor = SupervisorRef{dead_pid(), *start};
+    EXPECT_FALSE(Registry::is_alive(record));
+    record.supervisor = SupervisorRef{};
+    EXPECT_FALSE(Registry::is_alive(record));
+}
+
+TEST(RegistryTest, LifecycleExpiresOnIdleTimeoutOrMaxLifetime) {
+    auto record = sample_record();
+    const auto now = Clock::now();
+    record.created_at = now - std::chrono::seconds(100);
+    record.last_used_at = now - std::chrono::seconds(10);
+    record.lifecycle = LifecyclePolicy{std::chrono::seconds(60), std::chrono::seconds(1000)};
+    EXPECT_FALSE(lifecycle_expired(record, now));
+    record.lifecycle.idle_timeout = std::chrono::seconds(5);
+    EXPECT_TRUE(lifecycle_expired(record, now));
+    record.lifecycle = LifecyclePolicy{std::nullopt, std::chrono::seconds(50)};
+    EXPECT_TRUE(lifecycle_expired(record, now));
+}
+
+TEST(RegistryTest, AKeyLockSerialisesTwoProcesses) {
+    TempDir temp;
+    Registry registry(temp.path());
+    int to_child[2];
+    int to_parent[2];
+    ASSERT_EQ(::pipe(to_child), 0);
+    ASSERT_EQ(::pipe(to_parent), 0);
+    auto held = registry.lock("scope=a/thread=1/kind=shell");
+    ASSERT_TRUE(held.held());
+    const pid_t child = ::fork();
+    if (child == 0) {
+        // 1: try_lock must fail while the parent holds it; then wait; 2: lock must succeed.
+        Registry mine(temp.path());
+        int status = mine.try_lock("scope=a/thread=1/kind=shell").held() ? 10 : 0;
+        status |= mine.try_lock("another key").held() ? 0 : 20;
+        char byte = 'r';
+        (void)::write(to_parent[1], &byte, 1);
+        (void)::read(to_child[0], &byte, 1);
+        status |= mine.lock("scope=a/thread=1/kind=shell").held() ? 0 : 40;
+        ::_exit(status);
+    }
+    char byte = 0;
+    ASSERT_EQ(::read(to_parent[0], &byte, 1), 1);
+    held = KeyLock{};  // release
+    ASSERT_EQ(::write(to_child[1], &byte, 1), 1);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    for (int fd : {to_child[0], to_child[1], to_parent[0], to_parent[1]}) {
+        ::close(fd);
+    }
+}
+
+TEST(RegistryTest, StateDirComesFromTheEnvironment) {
+    ::setenv(kStateDirEnv, "/tmp/maf-state-from-env", 1);
+    EXPECT_EQ(default_state_dir(), fs::path("/tmp/maf-state-from-env"));
+    ::unsetenv(kStateDirEnv);
+    EXPECT_EQ(default_state_dir(), fs::path(kDefaultStateDir));
+}
+
+}  // namespace
+}  // namespace maf_sandbox::runtime
