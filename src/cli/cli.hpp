@@ -25,5 +25,6 @@ struct Context {
 
 void add_check_command(CLI::App& app, Context& context);
 void add_conformance_command(CLI::App& app, Context& context);
+void add_images_command(CLI::App& app, Context& context);
 
 }  // namespace maf_sandbox::cli

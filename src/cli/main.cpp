@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     cli::add_check_command(app, context);
     cli::add_conformance_command(app, context);
+    cli::add_images_command(app, context);
 
     try {
         app.parse(argc, argv);

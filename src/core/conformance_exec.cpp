@@ -92,14 +92,15 @@ Task<bool> reachable(ProbeContext& context, const std::string& url) {
 
 Task<void> allowed_host_reachable(ProbeContext& context) {
     expect(context.egress.has_value(), "no egress URLs were given to the suite");
-    expect(co_await reachable(context, context.egress->allowed_url),
-           fmt::format("{} is allowed but was not reachable from the guest",
-                       context.egress->allowed_url));
+    const bool reached = co_await reachable(context, context.egress->allowed_url);
+    expect(reached, fmt::format("{} is allowed but was not reachable from the guest",
+                                context.egress->allowed_url));
 }
 
 Task<void> denied_host_refused(ProbeContext& context) {
     expect(context.egress.has_value(), "no egress URLs were given to the suite");
-    expect(!co_await reachable(context, context.egress->denied_url),
+    const bool reached = co_await reachable(context, context.egress->denied_url);
+    expect(!reached,
            fmt::format("{} is not allowed but the guest reached it", context.egress->denied_url));
 }
 

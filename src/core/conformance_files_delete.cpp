@@ -16,7 +16,8 @@ using conformance_detail::run_in_guest;
 
 Task<void> expect_present(ProbeContext& context, std::string flag, std::string path,
                           std::string what) {
-    expect(co_await guest_test(context, flag, path, "/") == 0,
+    const auto status = co_await guest_test(context, flag, path, "/");
+    expect(status == 0,
            fmt::format("{} ({}) is gone: {}", path, flag == "-d" ? "a directory" : "a file", what));
 }
 
@@ -54,7 +55,9 @@ Task<void> link_removed_not_followed(ProbeContext& context) {
         co_await context.subject.sandbox().remove(name, paths.work, recursive);
         co_await expect_gone(context, paths.work + "/" + name,
                              fmt::format("removing the link (recursive={}) left it", recursive));
-        expect(co_await guest_test(context, "-f", paths.beyond("target.txt"), paths.work) == 0,
+        const auto status =
+            co_await guest_test(context, "-f", paths.beyond("target.txt"), paths.work);
+        expect(status == 0,
                fmt::format("the link's target is gone: removing the link (recursive={}) "
                            "followed it",
                            recursive));

@@ -25,8 +25,8 @@ Task<std::string> cat(ProbeContext& context, std::string path, std::string worki
 Task<void> write_lands(ProbeContext& context) {
     const auto& work = context.paths.work;
     co_await context.subject.sandbox().write_file(work + "/real/written.txt", "written", work);
-    expect(co_await guest_test(context, "-f", "real/written.txt", work) == 0,
-           "`test -f real/written.txt` failed: the write landed nowhere");
+    const auto status = co_await guest_test(context, "-f", "real/written.txt", work);
+    expect(status == 0, "`test -f real/written.txt` failed: the write landed nowhere");
     const auto content = co_await cat(context, "real/written.txt", work);
     expect(content == "written",
            fmt::format("real/written.txt holds '{}', not 'written'", content));
@@ -63,13 +63,13 @@ Task<void> second_write_replaces(ProbeContext& context) {
 Task<void> parents_are_created(ProbeContext& context) {
     const auto& work = context.paths.work;
     co_await context.subject.sandbox().write_file(work + "/deep/er/est/leaf.txt", "leaf", work);
-    expect(co_await guest_test(context, "-f", "deep/er/est/leaf.txt", work) == 0,
-           "`test -f deep/er/est/leaf.txt` failed: missing parents were not created");
+    const auto status = co_await guest_test(context, "-f", "deep/er/est/leaf.txt", work);
+    expect(status == 0, "`test -f deep/er/est/leaf.txt` failed: missing parents were not created");
 }
 
 Task<void> expect_absent(ProbeContext& context, const std::string& absolute_path) {
-    expect(co_await guest_test(context, "-e", absolute_path, "/") != 0,
-           fmt::format("{} exists: the refused write landed anyway", absolute_path));
+    const auto status = co_await guest_test(context, "-e", absolute_path, "/");
+    expect(status != 0, fmt::format("{} exists: the refused write landed anyway", absolute_path));
 }
 
 Task<void> path_outside_refused(ProbeContext& context) {
@@ -116,8 +116,8 @@ Task<void> working_directory_refused(ProbeContext& context) {
     co_await refused_with<ConfinementEscape>(
         "ConfinementEscape", "a write to '.'",
         context.subject.sandbox().write_file(".", "clobber", work));
-    expect(co_await guest_test(context, "-e", "control.txt", work) == 0,
-           "control.txt is gone: the refused write damaged the working directory");
+    const auto status = co_await guest_test(context, "-e", "control.txt", work);
+    expect(status == 0, "control.txt is gone: the refused write damaged the working directory");
 }
 
 Task<void> backslash_refused(ProbeContext& context) {

@@ -498,4 +498,33 @@ Task<ExecResult> host_tool_calls_over_exec(Sandbox& sandbox, GuestRunLayout layo
     co_return std::move(*result);
 }
 
+Task<bool> reclaim_run(Sandbox& sandbox, GuestRunLayout layout, Seconds timeout) {
+    if (!finite_positive(timeout)) {
+        throw InvalidArgument("reclaiming a run needs a timeout that is finite and above 0");
+    }
+    for (const auto* path :
+         {&layout.work, &layout.transport, &layout.program, &layout.shim, &layout.launcher,
+          &layout.calls, &layout.output, &layout.exit_code, &layout.pid, &layout.session}) {
+        if (!guest_path_relative_to(*path, layout.directory)) {
+            co_return false;
+        }
+    }
+    const auto parent = guest_dirname(layout.directory);
+    if (layout.directory.empty() || layout.directory.front() != '/' || parent.empty() ||
+        parent == layout.directory) {
+        co_return false;
+    }
+    try {
+        ExecRequest request;
+        request.command = "rm -rf -- " + shell_quote(layout.directory);
+        request.working_directory = parent;
+        request.timeout = timeout;
+        request.max_output_bytes = 4096;
+        const auto result = co_await sandbox.exec(std::move(request));
+        co_return result.exit_code == 0;
+    } catch (const Error&) {
+        co_return false;
+    }
+}
+
 }  // namespace maf_sandbox

@@ -197,6 +197,24 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
         }
     }
 
+    // Reads and discards what the client is still sending (briefly, bounded), so closing the
+    // socket does not reset the connection before the client has read our refusal.
+    template <typename Stream>
+    Task<void> drain(Stream& stream, beast::tcp_stream& tcp) {
+        char sink[16384];
+        std::size_t total = 0;
+        tcp.expires_after(std::chrono::milliseconds(500));
+        while (total < 8 * kMiB) {
+            boost::system::error_code ec;
+            const auto n = co_await stream.async_read_some(
+                asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
+            if (ec) {
+                break;
+            }
+            total += n;
+        }
+    }
+
     template <typename Stream>
     Task<void> serve(Stream& stream, beast::tcp_stream& tcp) {
         Registration registration(*this, tcp);
@@ -220,6 +238,13 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
                     co_await write_response(stream, tcp,
                                             plain_error(431, "request headers too large\n"), false,
                                             false, ec);
+                } else if (ec == http::error::body_limit) {  // a Content-Length over the bound
+                    co_await write_response(
+                        stream, tcp,
+                        plain_error(413, fmt::format("request body over {} bytes\n",
+                                                     options.max_request_body_bytes)),
+                        false, false, ec);
+                    co_await drain(stream, tcp);
                 }
                 break;
             }
@@ -239,6 +264,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
                         plain_error(413, fmt::format("request body over {} bytes\n",
                                                      options.max_request_body_bytes)),
                         false, false, ec);
+                    co_await drain(stream, tcp);
                 }
                 break;
             }

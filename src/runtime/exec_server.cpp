@@ -36,6 +36,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr std::size_t kChunk = 64 * 1024;
+constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
 // After the program exits, output still in flight is collected for this long at most; a
 // background process holding the pipes open must not hold the exec hostage.
 constexpr auto kDrainWindow = std::chrono::milliseconds(200);
@@ -100,7 +101,8 @@ private:
         if (argv[0].find('/') != std::string::npos) {
             candidates.push_back(argv[0]);
         } else {
-            std::string_view path = env.count("PATH") ? env["PATH"] : "/usr/local/bin:/usr/bin:/bin";
+            const std::string search = env.count("PATH") ? env["PATH"] : std::string(kDefaultPath);
+            std::string_view path = search;
             while (true) {
                 const auto colon = path.find(':');
                 const auto dir = path.substr(0, colon);

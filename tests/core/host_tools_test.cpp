@@ -179,5 +179,18 @@ TEST_F(HostToolsOverExec, RefusesANonPositiveTimeoutBeforeAnything) {
     EXPECT_FALSE(fs::exists(layout.directory));
 }
 
+TEST_F(HostToolsOverExec, ReclaimRunRemovesTheRunDirectoryOnlyWhenTheLayoutIsWhole) {
+    fs::create_directories(layout.work);
+    std::ofstream(fs::path(layout.work) / "left.txt") << "x";
+    auto scattered = layout;
+    scattered.output = host.base_directory() + "/elsewhere/output.txt";
+    EXPECT_FALSE(run_blocking(reclaim_run(host, scattered)));
+    EXPECT_TRUE(fs::exists(layout.work));
+    EXPECT_TRUE(run_blocking(reclaim_run(host, layout)));
+    EXPECT_FALSE(fs::exists(layout.directory));
+    EXPECT_TRUE(fs::exists(host.base_directory()));
+    EXPECT_THROW(run_blocking(reclaim_run(host, layout, Seconds{0})), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace maf_sandbox

@@ -20,7 +20,7 @@ TEST(SandboxLifecycle, CreateExecTrueAndDestroyLeavesNothing) {
         call.command = std::vector<std::string>{"true"};
         const ExecReply reply = exec_in_sandbox(handle, call);
         EXPECT_EQ(reply.status, ExecStatus::exited) << reply.message;
-        EXPECT_EQ(reply.exit_code, 0);
+        EXPECT_EQ(reply.exit_code, 0) << reply.stderr_head;
         const ExecReply hello = sandbox.sh("echo hello; echo oops >&2; exit 3");
         EXPECT_EQ(hello.stdout_head, "hello\n");
         EXPECT_EQ(hello.stderr_head, "oops\n");

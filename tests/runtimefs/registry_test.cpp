@@ -169,24 +169,25 @@ TEST(RegistryTest, AKeyLockSerialisesTwoProcesses) {
     int to_parent[2];
     ASSERT_EQ(::pipe(to_child), 0);
     ASSERT_EQ(::pipe(to_parent), 0);
-    auto held = registry.lock("scope=a/thread=1/kind=shell");
-    ASSERT_TRUE(held.held());
+    const std::string key = "scope=a/thread=1/kind=shell";
+    // Fork before locking: a forked child would otherwise share the parent's lock.
     const pid_t child = ::fork();
     if (child == 0) {
-        // 1: try_lock must fail while the parent holds it; then wait; 2: lock must succeed.
         Registry mine(temp.path());
-        int status = mine.try_lock("scope=a/thread=1/kind=shell").held() ? 10 : 0;
+        char byte = 0;
+        (void)::read(to_child[0], &byte, 1);  // the parent holds the lock now
+        int status = mine.try_lock(key).held() ? 10 : 0;
         status |= mine.try_lock("another key").held() ? 0 : 20;
-        char byte = 'r';
         (void)::write(to_parent[1], &byte, 1);
-        (void)::read(to_child[0], &byte, 1);
-        status |= mine.lock("scope=a/thread=1/kind=shell").held() ? 0 : 40;
+        status |= mine.lock(key).held() ? 0 : 40;  // blocks until the parent releases
         ::_exit(status);
     }
-    char byte = 0;
+    auto held = registry.lock(key);
+    ASSERT_TRUE(held.held());
+    char byte = 'l';
+    ASSERT_EQ(::write(to_child[1], &byte, 1), 1);
     ASSERT_EQ(::read(to_parent[0], &byte, 1), 1);
     held = KeyLock{};  // release
-    ASSERT_EQ(::write(to_child[1], &byte, 1), 1);
     int status = 0;
     ASSERT_EQ(::waitpid(child, &status, 0), child);
     ASSERT_TRUE(WIFEXITED(status));

@@ -103,4 +103,10 @@ Task<ExecResult> host_tool_calls_over_exec(Sandbox& sandbox, GuestRunLayout layo
                                            HostToolDispatcher dispatcher,
                                            HostToolRunOptions options = {});
 
+// Removes the whole run directory (`rm -rf` from its parent) after the caller is done with
+// `work`. Returns false without running anything when a layout path lies outside the run
+// directory, and false on any failure; true when the directory is gone. Throws InvalidArgument
+// unless `timeout` is finite and > 0.
+Task<bool> reclaim_run(Sandbox& sandbox, GuestRunLayout layout, Seconds timeout = Seconds{30.0});
+
 }  // namespace maf_sandbox

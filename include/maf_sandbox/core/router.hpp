@@ -104,9 +104,8 @@ class SandboxRouter {
     // backend declares reclaim: sandbox->reclaim(call_path, work dir, timeout), where the work dir
     // is spec.work_dir or, when unset, the sandbox's base. When it withholds reclaim (as ACAS
     // does): the key's sandbox of spec.kind is disposed instead (through dispose(), so on every
-    // registered backend), within `timeout`. Returns nullopt
-    // on success, otherwise a reason fit for a log line and a ReclaimFailure. Never throws except
-    // cancellation.
+    // registered backend), within `timeout`. Returns nullopt on success, otherwise a reason fit
+    // for a log line and a ReclaimFailure. Never throws except cancellation.
     Task<std::optional<std::string>> cleanup_call(std::shared_ptr<Sandbox> sandbox, SandboxKey key,
                                                   SandboxSpec spec, std::string call_path,
                                                   Seconds timeout);

@@ -104,6 +104,7 @@ public:
     std::string tools_list(std::string_view protocol_version = kLatestProtocolVersion) const;
 
 private:
+    friend class McpSession;
     struct Impl;
     std::shared_ptr<Impl> impl_;
 };

@@ -1,0 +1,620 @@
+#include "maf_sandbox/acas/backend.hpp"
+
+#include <openssl/rand.h>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <fmt/format.h>
+#include <spdlog/logger.h>
+
+#include "backend_state.hpp"
+#include "images.hpp"
+#include "maf_sandbox/core/labels.hpp"
+#include "maf_sandbox/core/paths.hpp"
+#include "maf_sandbox/core/router.hpp"
+#include "maf_sandbox/core/shell_quote.hpp"
+#include "maf_sandbox/net/http.hpp"
+#include "probes.hpp"
+
+namespace maf_sandbox::acas {
+
+namespace asio = boost::asio;
+
+namespace {
+
+constexpr const char* kAcquireLabel = "acquire";
+const std::set<std::string> kReservedLabels = {"scope", "thread", "agent", "kind", "call", kAcquireLabel};
+
+std::string random_hex(std::size_t bytes) {
+    std::vector<unsigned char> raw(bytes);
+    if (RAND_bytes(raw.data(), static_cast<int>(bytes)) != 1) {
+        throw Error("the host's random number generator failed; retry");
+    }
+    std::string out;
+    for (auto b : raw) out += fmt::format("{:02x}", b);
+    return out;
+}
+
+bool needs_storage(const SandboxSpec& spec) {
+    for (auto c : spec->requires_capabilities) {
+        if (c == Capability::exec || c == Capability::files_in || c == Capability::files_out ||
+            c == Capability::files_list || c == Capability::files_delete ||
+            c == Capability::host_tools) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool requires(const SandboxSpec& spec, Capability c) { return spec->requires_capabilities.count(c) > 0; }
+
+// The labels a key's sandbox of one kind is found by (no spec extras, no acquire nonce).
+std::map<std::string, std::string> key_selector(const SandboxKey& key,
+                                                const std::optional<std::string>& kind) {
+    auto labels = scope_selector(key.scope, key.thread_id);
+    labels["agent"] = label_value(key.agent_dir);
+    if (!key.call_id.empty()) labels["call"] = label_value(key.call_id);
+    if (kind) labels["kind"] = label_value(*kind);
+    return labels;
+}
+
+std::string storage_base(const SandboxSpec& spec) {
+    if (!spec->work_dir) return kDefaultWorkDir;
+    const auto& dir = *spec->work_dir;
+    if (dir.empty() || dir.front() != '/' || dir.find('\\') != std::string::npos ||
+        dir.find('\0') != std::string::npos || normpath(dir) != dir || dir == "/") {
+        throw InvalidArgument(fmt::format(
+            "work_dir '{}' must be a normalised absolute guest path below '/' (the storage base); "
+            "leave it unset to use {}",
+            dir, kDefaultWorkDir));
+    }
+    return dir;
+}
+
+bool is_cancellation(const std::exception_ptr& failure) {
+    try {
+        std::rethrow_exception(failure);
+    } catch (const boost::system::system_error& e) {
+        return e.code() == asio::error::operation_aborted;
+    } catch (...) {
+        return false;
+    }
+}
+
+}  // namespace
+
+AcasBackend::AcasBackend(AcasSandboxConfig config)
+    : state_(std::make_shared<State>(std::move(config))) {
+    if (!state_->config.silence_preview_warning) {
+        state_->log->warn(
+            "the ACAS backend targets Azure Container Apps Sandboxes, a preview service (api-version "
+            "{}); its API may change or be removed without notice. Set silence_preview_warning once "
+            "you have read this.",
+            kApiVersion);
+    }
+}
+
+AcasBackend::~AcasBackend() = default;
+
+Isolation AcasBackend::isolation() const {
+    if (!state_->emulator) return Isolation::microvm;
+    std::lock_guard lock(state_->mutex);
+    // Until the emulator has named its rung, claim nothing.
+    return state_->rung.value_or(Isolation::none);
+}
+
+BackendDeclarations AcasBackend::declarations() const {
+    BackendDeclarations d;
+    d.capabilities = {Capability::exec,       Capability::files_in,   Capability::files_out,
+                      Capability::files_list, Capability::files_delete, Capability::host_tools};
+    d.limits = state_->config.limits;
+    d.egress_modes = {Egress::allowlist, Egress::closed};
+    d.os_families = {OsFamily::posix};
+    d.isolation_scopes = {IsolationScope::conversation, IsolationScope::call};
+    return d;
+}
+
+std::optional<std::string> AcasBackend::held_sandbox_id(const SandboxKey& key,
+                                                        const std::string& kind) const {
+    std::lock_guard lock(state_->mutex);
+    const auto found = state_->held.find({key, kind});
+    if (found == state_->held.end()) return std::nullopt;
+    return found->second->id;
+}
+
+std::size_t AcasBackend::requests_sent() const {
+    std::lock_guard lock(state_->mutex);
+    std::size_t total = state_->requests_of_closed_clients;
+    for (const auto& entry : state_->pool) total += entry->client->stats().requests;
+    return total;
+}
+
+Task<void> AcasBackend::discover() {
+    State::Operation operation(state_);
+    auto binding = co_await state_->resolve({AcasOperation::acquire, "", "", std::nullopt});
+    auto lease = co_await state_->lease(binding);
+    co_await lease->list_prebuilt_images(deadline_after(state_->config.client_wait));
+}
+
+namespace {
+
+// Marks (scope, thread) as having an acquire in flight; refuses while a purge runs.
+class AcquireTicket {
+public:
+    AcquireTicket(std::shared_ptr<AcasBackend::State> state, std::pair<std::string, std::string> conversation)
+        : state_(std::move(state)), conversation_(std::move(conversation)) {
+        std::lock_guard lock(state_->mutex);
+        if (state_->purging[conversation_] > 0) {
+            throw SandboxOutputError(
+                "a scope purge for this conversation is running; acquire again after it finishes");
+        }
+        ++state_->acquiring[conversation_];
+    }
+    ~AcquireTicket() {
+        std::lock_guard lock(state_->mutex);
+        if (--state_->acquiring[conversation_] == 0) state_->acquiring.erase(conversation_);
+    }
+    AcquireTicket(const AcquireTicket&) = delete;
+    AcquireTicket& operator=(const AcquireTicket&) = delete;
+
+private:
+    std::shared_ptr<AcasBackend::State> state_;
+    std::pair<std::string, std::string> conversation_;
+};
+
+class PurgeTicket {
+public:
+    PurgeTicket(std::shared_ptr<AcasBackend::State> state, std::pair<std::string, std::string> conversation)
+        : state_(std::move(state)), conversation_(std::move(conversation)) {}
+    ~PurgeTicket() {
+        std::lock_guard lock(state_->mutex);
+        if (--state_->purging[conversation_] == 0) state_->purging.erase(conversation_);
+    }
+    PurgeTicket(const PurgeTicket&) = delete;
+    PurgeTicket& operator=(const PurgeTicket&) = delete;
+
+private:
+    std::shared_ptr<AcasBackend::State> state_;
+    std::pair<std::string, std::string> conversation_;
+};
+
+// Resolves the spec's image to a create source before anything is created.
+Task<CreateSandboxRequest> image_source(AcasBackend::State& state, AcasClient& client,
+                                        const SandboxSpec& spec, Deadline deadline) {
+    CreateSandboxRequest request;
+    if (spec->image_id) {
+        request.disk_image_id = *spec->image_id;
+        co_return request;
+    }
+    const std::string image = spec->image.value_or("ubuntu");
+    if (images::names_a_prebuilt_image(image)) {
+        {
+            std::lock_guard lock(state.mutex);
+            if (state.prebuilt_cache.count(image)) {
+                request.prebuilt_name = image;
+                co_return request;
+            }
+        }
+        auto names = co_await client.list_prebuilt_images(deadline);
+        std::sort(names.begin(), names.end());
+        if (std::find(names.begin(), names.end(), image) == names.end()) {
+            std::string listed;
+            for (const auto& n : names) listed += (listed.empty() ? "" : ", ") + n;
+            throw InvalidArgument(fmt::format(
+                "'{}' is not in the service's prebuilt image catalogue. It provides: {}. A private "
+                "image needs its tag (repo:tag), qualified by the configured registry",
+                image, listed.empty() ? std::string("nothing - the catalogue is empty") : listed));
+        }
+        std::lock_guard lock(state.mutex);
+        state.prebuilt_cache.insert(image);
+        request.prebuilt_name = image;
+        co_return request;
+    }
+    const auto reference = images::qualify(image, state.config.registry);
+    {
+        std::lock_guard lock(state.mutex);
+        if (auto found = state.disk_image_cache.find(reference); found != state.disk_image_cache.end()) {
+            request.disk_image_id = found->second;
+            co_return request;
+        }
+    }
+    for (const auto& disk : co_await client.list_disk_images(deadline)) {
+        if (disk.base == reference && !disk.id.empty()) {
+            std::lock_guard lock(state.mutex);
+            state.disk_image_cache[reference] = disk.id;
+            request.disk_image_id = disk.id;
+            co_return request;
+        }
+    }
+    throw InvalidArgument(fmt::format(
+        "the image {} was never imported into this sandbox group; import it with `maf-sandbox "
+        "images import {}` or pin spec.image_id",
+        reference, image));
+}
+
+}  // namespace
+
+Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec spec) {
+    auto state = state_;
+    State::Operation operation(state);
+    const auto& config = state->config;
+    if (key.thread_id.empty()) {
+        throw InvalidArgument("a sandbox needs a bound conversation (thread id); none was given");
+    }
+    if (spec->isolation_scope == IsolationScope::call && key.call_id.empty()) {
+        throw InvalidArgument("isolation scope `call` needs the key to name the tool call");
+    }
+    for (const auto& [label, value] : spec->labels) {
+        if (kReservedLabels.count(label)) {
+            throw InvalidArgument(fmt::format("reserved sandbox label '{}' in the spec; rename it", label));
+        }
+    }
+    for (const auto& rule : spec->egress_allow) {
+        if (is_method_scoped_egress_rule(rule)) {
+            throw SandboxCapabilityNotSupported(
+                "the ACAS backend does not enforce method-scoped egress rules (egress_methods); "
+                "allow the host for every method or choose another backend");
+        }
+    }
+    if (spec->egress == Egress::unrestricted) {
+        throw SandboxEgressNotEnforced(
+            "the ACAS backend serves only closed and allowlist egress; name the hosts to allow");
+    }
+    if (requires(spec, Capability::attached_identity) || requires(spec, Capability::run_code) ||
+        requires(spec, Capability::snapshot) || requires(spec, Capability::reclaim)) {
+        throw SandboxCapabilityNotSupported(
+            "the ACAS backend does not offer attached_identity, run_code, snapshot or reclaim");
+    }
+    const bool storage = needs_storage(spec);
+    const auto base = storage_base(spec);
+    const auto wanted_egress = egress_of(spec);
+    AcquireTicket ticket(state, {key.scope, key.thread_id});
+    const SlotKey slot{key, spec->kind};
+    auto guard = co_await state->lock_for(slot)->lock();
+
+    auto binding = co_await state->resolve({AcasOperation::acquire, key.scope, key.thread_id, key});
+    auto lease = co_await state->lease(binding);
+    auto& client = lease.client();
+
+    // Retained deletions for this key and kind must succeed before anything new is handed out.
+    std::set<std::string> retained;
+    {
+        std::lock_guard lock(state->mutex);
+        if (auto found = state->retained.find(slot); found != state->retained.end()) retained = found->second;
+    }
+    for (const auto& id : retained) {
+        const auto failure = co_await state->delete_and_wait(client, id, std::min(Seconds{30.0}, config.delete_timeout));
+        std::lock_guard lock(state->mutex);
+        if (!failure) {
+            state->retained[slot].erase(id);
+            if (state->retained[slot].empty()) state->retained.erase(slot);
+        }
+    }
+    {
+        std::lock_guard lock(state->mutex);
+        if (state->retained.count(slot)) {
+            throw SandboxOutputError(
+                "an earlier sandbox of this key and kind could not be deleted yet; retry the "
+                "acquire (or dispose) once the service answers");
+        }
+    }
+
+    std::shared_ptr<HeldSandbox> held;
+    {
+        std::lock_guard lock(state->mutex);
+        if (auto found = state->held.find(slot); found != state->held.end()) held = found->second;
+    }
+    if (held) {
+        if (held->egress != wanted_egress) {
+            throw AcasEgressPolicyConflict(fmt::format(
+                "the warm sandbox of this key and kind was created with egress {} and the spec asks "
+                "for {}; the original is kept. Dispose the kind (and require success) before "
+                "changing policy, or use another key",
+                describe(held->egress), describe(wanted_egress)));
+        }
+        if (held->base != base) {
+            throw InvalidArgument(fmt::format(
+                "the warm sandbox uses the storage base {}; a held sandbox cannot change it to {}",
+                held->base, base));
+        }
+        try {
+            co_await client.ensure_running(held->id, config.poll_interval, deadline_after(config.resume_timeout));
+            state->log->info("sandbox reused: {}", held->id);
+        } catch (const AcasServiceError& e) {
+            if (e.status() != 404) {
+                state->log->info("resuming sandbox {} failed: {}", held->id, e.what());
+                throw SandboxOutputError(
+                    "the held sandbox could not be resumed; dispose the kind and acquire again");
+            }
+            std::lock_guard lock(state->mutex);
+            state->held.erase(slot);
+            held.reset();
+        }
+    }
+    if (!held && spec->isolation_scope != IsolationScope::call) {
+        // Get-or-create across processes: the service's labels find a sandbox another process made.
+        const bool conversation_key = key.call_id.empty();
+        auto found = co_await client.list_sandboxes(key_selector(key, spec->kind),
+                                                    deadline_after(config.client_wait));
+        std::erase_if(found, [&](const SandboxInfo& info) {
+            return (conversation_key && info.labels.count("call")) ||
+                   net::iequals(info.state, "Deleting") || net::iequals(info.state, "Failed");
+        });
+        std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+        if (!found.empty()) {
+            const auto& info = found.front();
+            const auto existing = egress_of(info);
+            if (existing != wanted_egress) {
+                throw AcasEgressPolicyConflict(fmt::format(
+                    "the live sandbox {} of this key and kind was created with egress {} and the "
+                    "spec asks for {}; the original is kept. Dispose the kind before changing policy",
+                    info.id, describe(existing), describe(wanted_egress)));
+            }
+            auto adopted = std::make_shared<HeldSandbox>();
+            adopted->id = info.id;
+            adopted->key = key;
+            adopted->kind = spec->kind;
+            adopted->base = base;
+            adopted->egress = existing;
+            adopted->binding = binding;
+            co_await client.ensure_running(info.id, config.poll_interval, deadline_after(config.resume_timeout));
+            std::lock_guard lock(state->mutex);
+            state->held[slot] = adopted;
+            held = adopted;
+            state->log->info("sandbox reused from the service: {}", info.id);
+        }
+    }
+
+    bool fresh = false;
+    std::string nonce;
+    if (!held) {
+        auto request = co_await image_source(*state, client, spec, deadline_after(config.client_wait));
+        request.labels = sandbox_labels(key, spec);
+        nonce = random_hex(12);
+        request.labels[kAcquireLabel] = nonce;
+        for (const auto& host : wanted_egress.hosts) request.allow_hosts.push_back(host);
+        request.auto_suspend_seconds = config.auto_suspend_seconds;
+        fresh = true;
+        std::exception_ptr failure;
+        try {
+            const auto deadline = deadline_after(config.create_timeout);
+            const auto info = co_await client.create_sandbox(request, deadline);
+            held = std::make_shared<HeldSandbox>();
+            held->id = info.id;
+            held->key = key;
+            held->kind = spec->kind;
+            held->base = base;
+            held->egress = wanted_egress;
+            held->binding = binding;
+            {
+                // Registered before configuring, so a purge or dispose can reach it.
+                std::lock_guard lock(state->mutex);
+                state->held[slot] = held;
+            }
+            state->log->info("sandbox created: {} (image {})", info.id,
+                             request.prebuilt_name.value_or(request.disk_image_id.value_or("?")));
+            co_await client.wait_until_running(info.id, config.poll_interval, deadline);
+            // Never leave a sandbox billable without its lifecycle policy.
+            co_await client.set_lifecycle(
+                info.id, LifecyclePolicy{config.auto_suspend_seconds, config.auto_delete_seconds},
+                deadline_after(config.client_wait));
+        } catch (...) {
+            failure = std::current_exception();
+        }
+        if (failure) {
+            co_await asio::this_coro::reset_cancellation_state();
+            state->log->warn("acquire failed while creating a sandbox; removing what it made");
+            {
+                std::lock_guard lock(state->mutex);
+                if (held && state->held[slot] == held) state->held.erase(slot);
+            }
+            // Found by the acquire nonce: also reaches a sandbox whose create answer was lost.
+            std::set<std::string> ids;
+            if (held) ids.insert(held->id);
+            try {
+                for (const auto& info : co_await client.list_sandboxes(
+                         {{kAcquireLabel, nonce}}, deadline_after(Seconds{30.0}))) {
+                    ids.insert(info.id);
+                }
+            } catch (const std::exception& e) {
+                state->log->warn("listing the orphans of a failed acquire failed: {}", e.what());
+            }
+            for (const auto& id : ids) {
+                if (co_await state->delete_and_wait(client, id, std::min(Seconds{60.0}, config.delete_timeout))) {
+                    std::lock_guard lock(state->mutex);
+                    state->retained[slot].insert(id);
+                }
+            }
+            std::rethrow_exception(failure);
+        }
+    }
+
+    std::exception_ptr failure;
+    try {
+        const auto probe_deadline = deadline_after(config.probe_timeout);
+        co_await probes::run_acquire_probes(*state, client, held, spec, probe_deadline);
+        if (storage) {
+            co_await probes::ensure_storage_base(*state, client, held, deadline_after(config.read_timeout));
+        }
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    if (failure) {
+        if (fresh || is_cancellation(failure)) {
+            co_await asio::this_coro::reset_cancellation_state();
+            if (fresh) co_await state->invalidate(held, "acquire could not prepare it");
+        }
+        std::rethrow_exception(failure);
+    }
+    if (held->invalidated) {
+        throw SandboxOutputError("the sandbox was invalidated during acquire; retry the acquire");
+    }
+    co_return std::make_shared<AcasSandbox>(state, held);
+}
+
+Task<std::optional<DisposalFailure>> AcasBackend::dispose(SandboxKey key, std::optional<std::string> kind) {
+    auto state = state_;
+    State::Operation operation(state);
+    std::vector<std::optional<DisposalFailure>> failures;
+    std::map<std::string, std::string> ids;  // id -> kind for retention
+    {
+        std::lock_guard lock(state->mutex);
+        for (auto it = state->held.begin(); it != state->held.end();) {
+            if (it->first.first == key && (!kind || it->first.second == *kind)) {
+                ids[it->second->id] = it->first.second;
+                it = state->held.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        for (auto it = state->retained.begin(); it != state->retained.end();) {
+            if (it->first.first == key && (!kind || it->first.second == *kind)) {
+                for (const auto& id : it->second) ids[id] = it->first.second;
+                it = state->retained.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    try {
+        auto binding = co_await state->resolve({AcasOperation::dispose, key.scope, key.thread_id, key});
+        auto lease = co_await state->lease(binding);
+        try {
+            for (const auto& info : co_await lease->list_sandboxes(key_selector(key, kind),
+                                                                   deadline_after(state->config.client_wait))) {
+                if (key.call_id.empty() && info.labels.count("call")) continue;
+                if (!ids.count(info.id)) ids[info.id] = kind.value_or(info.labels.count("kind") ? info.labels.at("kind") : "");
+            }
+        } catch (const boost::system::system_error&) {
+            throw;
+        } catch (const std::exception& e) {
+            state->log->warn("listing the key's sandboxes failed: {}", e.what());
+            failures.push_back(DisposalFailure{DisposalCode::unlisted, e.what()});
+        }
+        for (const auto& [id, sandbox_kind] : ids) {
+            auto failure = co_await state->delete_and_wait(lease.client(), id, state->config.delete_timeout);
+            if (failure) {
+                std::lock_guard lock(state->mutex);
+                state->retained[{key, sandbox_kind}].insert(id);
+            }
+            failures.push_back(std::move(failure));
+        }
+    } catch (const boost::system::system_error&) {
+        throw;
+    } catch (const std::exception& e) {
+        std::lock_guard lock(state->mutex);
+        for (const auto& [id, sandbox_kind] : ids) state->retained[{key, sandbox_kind}].insert(id);
+        failures.push_back(DisposalFailure{DisposalCode::unreachable, e.what()});
+    }
+    co_return fold_disposal_failures(failures);
+}
+
+Task<ScopePurge> AcasBackend::dispose_scope(std::string scope, std::string thread_id) {
+    auto state = state_;
+    State::Operation operation(state);
+    const std::pair<std::string, std::string> conversation{scope, thread_id};
+    {
+        std::lock_guard lock(state->mutex);
+        if (state->acquiring.count(conversation)) {
+            co_return ScopePurge{0, DisposalFailure{DisposalCode::unknown,
+                                                    "an acquire for this conversation is active; "
+                                                    "retry the purge after it finishes"}};
+        }
+        ++state->purging[conversation];
+    }
+    PurgeTicket ticket(state, conversation);
+    std::map<std::string, SlotKey> ids;
+    {
+        std::lock_guard lock(state->mutex);
+        for (auto it = state->held.begin(); it != state->held.end();) {
+            if (it->first.first.scope == scope && it->first.first.thread_id == thread_id) {
+                ids.emplace(it->second->id, it->first);
+                it = state->held.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        for (auto it = state->retained.begin(); it != state->retained.end();) {
+            if (it->first.first.scope == scope && it->first.first.thread_id == thread_id) {
+                for (const auto& id : it->second) ids.emplace(id, it->first);
+                it = state->retained.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    ScopePurge purge;
+    std::vector<std::optional<DisposalFailure>> failures;
+    try {
+        auto binding = co_await state->resolve({AcasOperation::dispose_scope, scope, thread_id, std::nullopt});
+        auto lease = co_await state->lease(binding);
+        try {
+            for (const auto& info : co_await lease->list_sandboxes(scope_selector(scope, thread_id),
+                                                                   deadline_after(state->config.client_wait))) {
+                ids.emplace(info.id, SlotKey{SandboxKey{scope, thread_id, "", ""}, ""});
+            }
+        } catch (const boost::system::system_error&) {
+            throw;
+        } catch (const std::exception& e) {
+            state->log->warn("listing the conversation's sandboxes failed: {}", e.what());
+            failures.push_back(DisposalFailure{DisposalCode::unlisted, e.what()});
+        }
+        for (const auto& [id, slot] : ids) {
+            auto failure = co_await state->delete_and_wait(lease.client(), id, state->config.delete_timeout);
+            if (failure) {
+                std::lock_guard lock(state->mutex);
+                state->retained[slot].insert(id);
+            } else {
+                ++purge.disposed;
+                state->log->info("scope purge deleted sandbox {}", id);
+            }
+            failures.push_back(std::move(failure));
+        }
+    } catch (const boost::system::system_error&) {
+        throw;
+    } catch (const std::exception& e) {
+        failures.push_back(DisposalFailure{DisposalCode::unreachable, e.what()});
+    }
+    purge.undisposed = fold_disposal_failures(failures);
+    co_return purge;
+}
+
+Task<void> AcasBackend::close() {
+    auto state = state_;
+    {
+        std::lock_guard lock(state->mutex);
+        state->closed = true;
+    }
+    auto executor = co_await asio::this_coro::executor;
+    asio::steady_timer pause(executor);
+    const auto give_up = deadline_after(state->config.client_close);
+    int still_running = 0;
+    for (;;) {
+        {
+            std::lock_guard lock(state->mutex);
+            still_running = state->active;
+        }
+        if (still_running == 0 || SteadyClock::now() >= give_up) break;
+        pause.expires_after(std::chrono::milliseconds(10));
+        co_await pause.async_wait(asio::use_awaitable);
+    }
+    std::vector<std::shared_ptr<State::PoolEntry>> entries;
+    {
+        std::lock_guard lock(state->mutex);
+        for (const auto& entry : state->pool) state->requests_of_closed_clients += entry->client->stats().requests;
+        entries.swap(state->pool);
+    }
+    // Each client is closed on its own io_context; sandboxes are never touched.
+    for (auto& entry : entries) {
+        asio::post(entry->executor, [entry] { entry->client->close(); });
+    }
+    if (still_running > 0) {
+        throw AcasClientCloseError(fmt::format(
+            "{} ACAS operation(s) were still running after client_close_seconds; their clients "
+            "were closed under them. Keep the owning io_contexts running until close() returns",
+            still_running));
+    }
+}
+
+}  // namespace maf_sandbox::acas
