@@ -36,10 +36,13 @@ public:
         if (program.empty()) {
             throw CredentialUnavailable("AzureCliCredential: `az` is not on PATH");
         }
-        const auto output = co_await detail::run_program(
-            executor_, program,
-            {"account", "get-access-token", "--resource", resource, "-o", "json"},
-            options_.cli_timeout);
+        std::vector<std::string> arguments;
+        for (const char* word : {"account", "get-access-token", "--resource"}) arguments.emplace_back(word);
+        arguments.push_back(resource);
+        arguments.emplace_back("-o");
+        arguments.emplace_back("json");
+        const auto output =
+            co_await detail::run_program(executor_, program, std::move(arguments), options_.cli_timeout);
         if (output.exit_code != 0) {
             if (options_.log) {
                 options_.log->debug("az account get-access-token exited {}", output.exit_code);

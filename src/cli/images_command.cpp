@@ -61,9 +61,10 @@ void remove_image(const ImagesOptions& options) {
     runtime::Registry registry(runtime::default_state_dir());
     for (const auto& record : registry.list()) {
         if (record.image == ref.str() && runtime::Registry::is_alive(record)) {
-            throw InvalidArgument(fmt::format(
-                "image '{}' is in use by sandbox {}; remove the sandbox first (`maf-sandbox rm {}`)",
-                ref.str(), record.id, record.id));
+            throw InvalidArgument(
+                fmt::format("image '{}' is in use by sandbox {}; remove the sandbox first "
+                            "(`maf-sandbox rm {}`)",
+                            ref.str(), record.id, record.id));
         }
     }
     runtime::ImageStore store(runtime::default_state_dir());
@@ -87,12 +88,13 @@ void add_images_command(CLI::App& app, Context& context) {
         "import", "Import a root filesystem tarball, a `docker save` archive or an OCI layout");
     import->add_option("ARCHIVE", options->archive, "The archive to import")->required();
     import->add_option("--name", options->name, "NAME:TAG to store it as")->required();
-    import->callback([options] { import_image(*options); });
+    import->callback([options] { import_image(*options);
+});
 
-    auto* rm = images->add_subcommand("rm", "Remove an imported image");
-    rm->add_option("IMAGE", options->remove_ref, "NAME:TAG")->required();
-    rm->callback([options] { remove_image(*options); });
-    (void)context;
-}
+auto* rm = images->add_subcommand("rm", "Remove an imported image");
+rm->add_option("IMAGE", options->remove_ref, "NAME:TAG")->required();
+rm->callback([options] { remove_image(*options); });
+(void)context;
+}  // namespace maf_sandbox::cli
 
 }  // namespace maf_sandbox::cli

@@ -212,7 +212,10 @@ PosixGuestSubject::PosixGuestSubject(std::shared_ptr<Sandbox> sandbox,
 
 Task<void> PosixGuestSubject::plant_file(std::string absolute_path, std::string bytes) {
     auto parent = guest_dirname(absolute_path);
-    co_await sandbox_->write_file(absolute_path, std::move(bytes), parent.empty() ? "/" : parent);
+    if (parent.empty()) {
+        parent = "/";
+    }
+    co_await sandbox_->write_file(absolute_path, std::move(bytes), std::move(parent));
 }
 
 Task<void> PosixGuestSubject::plant_symlink(std::string absolute_path, std::string target) {

@@ -119,9 +119,12 @@ ExecResult InProcessSandbox::scripted(const std::string& text) const {
 }
 
 Task<ExecResult> InProcessSandbox::exec(ExecRequest request) {
-    auto line = std::holds_alternative<Argv>(request.command)
-                    ? shell_join(std::get<Argv>(request.command))
-                    : std::get<std::string>(request.command);
+    std::string line;
+    if (const auto* argv = std::get_if<Argv>(&request.command)) {
+        line = shell_join(*argv);
+    } else {
+        line = std::get<std::string>(request.command);
+    }
     commands_.push_back({line, request.working_directory, request.timeout});
     if (options_.raises) {
         std::rethrow_exception(options_.raises);

@@ -1,11 +1,11 @@
 #include "maf_sandbox/net/http.hpp"
 
+#include <fmt/format.h>
 #include <boost/asio/ip/address.hpp>
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
 #include <cctype>
 #include <charconv>
-#include <fmt/format.h>
 
 namespace maf_sandbox::net {
 
@@ -67,7 +67,8 @@ ParsedUrl parse_http_url(std::string_view url) {
             fmt::format("URL scheme '{}' is not supported; use http or https", out.scheme));
     }
     if (view.has_userinfo()) {
-        throw InvalidArgument("URLs with user information are refused; pass credentials as headers");
+        throw InvalidArgument(
+            "URLs with user information are refused; pass credentials as headers");
     }
     if (view.host_type() == boost::urls::host_type::ipv6) {
         out.host = std::string(view.host_address());

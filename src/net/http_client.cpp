@@ -4,6 +4,7 @@
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 
+#include <fmt/format.h>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
@@ -19,7 +20,6 @@
 #include <boost/url/url_view.hpp>
 #include <cerrno>
 #include <deque>
-#include <fmt/format.h>
 #include <map>
 #include <mutex>
 
@@ -171,8 +171,7 @@ struct HttpClient::Impl {
         co_return results;
     }
 
-    Task<void> tunnel(beast::tcp_stream& stream, const ParsedUrl& url,
-                      Clock::time_point deadline) {
+    Task<void> tunnel(beast::tcp_stream& stream, const ParsedUrl& url, Clock::time_point deadline) {
         http::request<http::empty_body> request{http::verb::connect, url.authority(), 11};
         request.set(http::field::host, url.authority());
         if (!proxy_endpoint->authorization.empty()) {
@@ -193,10 +192,10 @@ struct HttpClient::Impl {
                 throw DeadlineExceeded("the proxy tunnel did not open before the deadline",
                                        RequestPhase::not_sent);
             }
-            throw ConnectFailed(fmt::format("the proxy {}:{} failed while opening a tunnel to {}: "
-                                            "{}; check HTTPS_PROXY",
-                                            proxy_endpoint->host, proxy_endpoint->port,
-                                            url.authority(), ec.message()));
+            throw ConnectFailed(fmt::format(
+                "the proxy {}:{} failed while opening a tunnel to {}: "
+                "{}; check HTTPS_PROXY",
+                proxy_endpoint->host, proxy_endpoint->port, url.authority(), ec.message()));
         }
         if (parser.get().result_int() / 100 != 2) {
             throw ConnectFailed(fmt::format(
@@ -225,9 +224,10 @@ struct HttpClient::Impl {
                                                    dial_host, dial_port),
                                        RequestPhase::not_sent);
             }
-            throw ConnectFailed(fmt::format("cannot connect to {}:{}: {}; check that the service "
-                                            "is running and reachable",
-                                            dial_host, dial_port, ec.message()));
+            throw ConnectFailed(
+                fmt::format("cannot connect to {}:{}: {}; check that the service "
+                            "is running and reachable",
+                            dial_host, dial_port, ec.message()));
         }
         stream.socket().set_option(tcp::no_delay(true), ec);
         if (via_proxy) {
@@ -311,7 +311,8 @@ Task<HttpResponse> HttpClient::send(HttpRequest request, RequestOptions options)
     const ParsedUrl url = parse_http_url(request.target);
     const auto timeout = options.timeout.value_or(impl->options.default_timeout);
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
-    const auto limit = options.max_response_bytes.value_or(impl->options.default_max_response_bytes);
+    const auto limit =
+        options.max_response_bytes.value_or(impl->options.default_max_response_bytes);
     const std::string pool_key = fmt::format("{}://{}", url.scheme, url.authority());
 
     http::request<http::string_body> wire;
@@ -326,9 +327,9 @@ Task<HttpResponse> HttpClient::send(HttpRequest request, RequestOptions options)
     if (!request.headers.contains("host")) {
         const bool default_port = url.port == (url.is_https() ? 443 : 80);
         wire.set(http::field::host,
-                 default_port ? (url.host.find(':') != std::string::npos ? "[" + url.host + "]"
-                                                                         : url.host)
-                              : url.authority());
+                 default_port
+                     ? (url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host)
+                     : url.authority());
     }
     if (!request.headers.contains("user-agent") && !impl->options.user_agent.empty()) {
         wire.set(http::field::user_agent, impl->options.user_agent);
@@ -354,21 +355,22 @@ Task<HttpResponse> HttpClient::send(HttpRequest request, RequestOptions options)
         if (ec) {
             if (is_timeout(ec, deadline)) {
                 throw DeadlineExceeded(
-                    fmt::format("sending {} {} did not finish before the deadline",
-                                request.method, url.authority()),
+                    fmt::format("sending {} {} did not finish before the deadline", request.method,
+                                url.authority()),
                     RequestPhase::not_sent);
             }
             if (reused) {
                 continue;  // the pooled connection was dead; the request did not go out
             }
-            throw ConnectFailed(fmt::format("sending {} to {} failed: {}; the request was not "
-                                            "sent, retry it",
-                                            request.method, url.authority(), ec.message()));
+            throw ConnectFailed(
+                fmt::format("sending {} to {} failed: {}; the request was not "
+                            "sent, retry it",
+                            request.method, url.authority(), ec.message()));
         }
 
         http::response_parser<http::string_body> parser;
-        parser.header_limit(static_cast<std::uint32_t>(
-            std::min<std::size_t>(limit, kMaxResponseHeaderBytes)));
+        parser.header_limit(
+            static_cast<std::uint32_t>(std::min<std::size_t>(limit, kMaxResponseHeaderBytes)));
         parser.body_limit(limit);
         if (is_head) {
             parser.skip(true);

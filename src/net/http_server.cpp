@@ -1,5 +1,6 @@
 #include "maf_sandbox/net/http_server.hpp"
 
+#include <fmt/format.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -12,7 +13,6 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
-#include <fmt/format.h>
 #include <map>
 #include <mutex>
 
@@ -327,8 +327,8 @@ std::uint16_t HttpServer::start() {
     const std::string host = impl.options.host == "localhost" ? "127.0.0.1" : impl.options.host;
     const auto address = boost::asio::ip::make_address(host, ec);
     if (ec) {
-        throw InvalidArgument(fmt::format(
-            "listen address '{}' is not an IP address; pass one like 127.0.0.1", host));
+        throw InvalidArgument(
+            fmt::format("listen address '{}' is not an IP address; pass one like 127.0.0.1", host));
     }
     const tcp::endpoint endpoint(address, impl.options.port);
     impl.acceptor.open(endpoint.protocol(), ec);
@@ -348,9 +348,13 @@ std::uint16_t HttpServer::start() {
     return impl.bound_port;
 }
 
-std::uint16_t HttpServer::port() const { return impl_->bound_port; }
+std::uint16_t HttpServer::port() const {
+    return impl_->bound_port;
+}
 
-bool HttpServer::tls() const { return impl_->ssl.has_value(); }
+bool HttpServer::tls() const {
+    return impl_->ssl.has_value();
+}
 
 std::size_t HttpServer::in_flight() const {
     std::lock_guard lock(impl_->mutex);

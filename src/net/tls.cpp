@@ -9,8 +9,8 @@
 #include <openssl/x509v3.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <fmt/format.h>
+#include <cerrno>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -44,9 +44,10 @@ using Cert = std::unique_ptr<X509, X509Free>;
 std::string read_text_file(const std::filesystem::path& path, const char* what) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
-        throw InvalidArgument(fmt::format("cannot read the {} file {}; check the path and its "
-                                          "permissions",
-                                          what, path.string()));
+        throw InvalidArgument(
+            fmt::format("cannot read the {} file {}; check the path and its "
+                        "permissions",
+                        what, path.string()));
     }
     std::ostringstream buffer;
     buffer << in.rdbuf();
@@ -99,8 +100,8 @@ Cert new_cert(EVP_PKEY* key, const std::string& common_name, long days) {
     X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC,
                                reinterpret_cast<const unsigned char*>("maf-sandbox"), -1, -1, 0);
     X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                               reinterpret_cast<const unsigned char*>(common_name.c_str()), -1,
-                               -1, 0);
+                               reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1,
+                               0);
     if (X509_set_pubkey(cert.get(), key) != 1) {
         openssl_failed("setting a public key");
     }
@@ -149,9 +150,9 @@ SelfSignedAuthority generate_self_signed(const std::vector<std::string>& dns_nam
     }
 
     auto key = new_key();
-    const std::string cn = dns_names.empty() ? (ip_addresses.empty() ? "localhost"
-                                                                      : ip_addresses.front())
-                                             : dns_names.front();
+    const std::string cn = dns_names.empty()
+                               ? (ip_addresses.empty() ? "localhost" : ip_addresses.front())
+                               : dns_names.front();
     auto leaf = new_cert(key.get(), cn, 730);
     X509_set_issuer_name(leaf.get(), X509_get_subject_name(ca.get()));
     std::string san;
@@ -183,8 +184,8 @@ SelfSignedAuthority generate_self_signed(const std::vector<std::string>& dns_nam
 void write_file_atomically(const std::filesystem::path& path, const std::string& content,
                            unsigned mode) {
     const auto temp = path.string() + fmt::format(".tmp-{}", ::getpid());
-    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                          static_cast<mode_t>(mode));
+    const int fd =
+        ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
     if (fd < 0) {
         throw SystemError(errno, fmt::format("creating {}", temp), "check the directory exists");
     }
@@ -237,16 +238,16 @@ boost::asio::ssl::context make_client_context(const std::optional<std::string>& 
     if (ca_file) {
         ctx.load_verify_file(*ca_file, ec);
         if (ec) {
-            throw InvalidArgument(fmt::format(
-                "cannot load the CA file {}: {}; pass a readable PEM certificate file", *ca_file,
-                ec.message()));
+            throw InvalidArgument(
+                fmt::format("cannot load the CA file {}: {}; pass a readable PEM certificate file",
+                            *ca_file, ec.message()));
         }
     }
     if (ca_pem) {
         ctx.add_certificate_authority(boost::asio::buffer(*ca_pem), ec);
         if (ec) {
-            throw InvalidArgument(fmt::format(
-                "cannot load the CA certificate: {}; pass PEM text", ec.message()));
+            throw InvalidArgument(
+                fmt::format("cannot load the CA certificate: {}; pass PEM text", ec.message()));
         }
     }
     ctx.set_verify_mode(boost::asio::ssl::verify_peer);

@@ -98,9 +98,9 @@ void remove_tree_level(int parent_fd, const std::string& name, bool stay_on_devi
         throw SystemError(errno, fmt::format("inspecting '{}' inside {}", name, describe));
     }
     if (stay_on_device && st.st_dev != device) {
-        throw SystemError(EXDEV, fmt::format("removing '{}' inside {}: a mount is still there", name,
-                                             describe),
-                          "unmount it first (maf-sandbox gc detaches stale mounts)");
+        throw SystemError(
+            EXDEV, fmt::format("removing '{}' inside {}: a mount is still there", name, describe),
+            "unmount it first (maf-sandbox gc detaches stale mounts)");
     }
     // New entries may appear while we work (a guest still running): retry a few rounds.
     for (int round = 0; round < 8; ++round) {
@@ -118,7 +118,8 @@ void remove_tree_level(int parent_fd, const std::string& name, bool stay_on_devi
                 if (errno == EISDIR) {
                     remove_tree_level(dir.get(), child, stay_on_device, device, describe);
                 } else if (errno != ENOENT) {
-                    throw SystemError(errno, fmt::format("removing '{}' inside {}", child, describe));
+                    throw SystemError(errno,
+                                      fmt::format("removing '{}' inside {}", child, describe));
                 }
             }
         }
@@ -126,7 +127,8 @@ void remove_tree_level(int parent_fd, const std::string& name, bool stay_on_devi
             return;
         }
         if (errno != ENOTEMPTY && errno != EEXIST) {
-            throw SystemError(errno, fmt::format("removing directory '{}' inside {}", name, describe));
+            throw SystemError(errno,
+                              fmt::format("removing directory '{}' inside {}", name, describe));
         }
     }
     throw SystemError(ENOTEMPTY, fmt::format("removing directory '{}' inside {}", name, describe),
@@ -148,11 +150,11 @@ void remove_host_tree(const std::filesystem::path& path, bool stay_on_device) {
     const auto parent = path.parent_path();
     const auto name = path.filename().string();
     if (name.empty() || name == "." || name == "..") {
-        throw InvalidArgument(fmt::format("refusing to remove '{}': not a plain directory name",
-                                          path.string()));
+        throw InvalidArgument(
+            fmt::format("refusing to remove '{}': not a plain directory name", path.string()));
     }
-    UniqueFd parent_fd{::open(parent.empty() ? "." : parent.c_str(),
-                              O_PATH | O_DIRECTORY | O_CLOEXEC)};
+    UniqueFd parent_fd{
+        ::open(parent.empty() ? "." : parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)};
     if (!parent_fd) {
         if (errno == ENOENT) {
             return;
@@ -250,9 +252,10 @@ std::string read_host_file(const std::filesystem::path& path, std::size_t max_by
         }
         content.append(buffer, static_cast<std::size_t>(got));
         if (content.size() > max_bytes) {
-            throw InvalidArgument(fmt::format("'{}' is larger than {} bytes; it is not what we expect "
-                                              "there",
-                                              path.string(), max_bytes));
+            throw InvalidArgument(
+                fmt::format("'{}' is larger than {} bytes; it is not what we expect "
+                            "there",
+                            path.string(), max_bytes));
         }
     }
 }

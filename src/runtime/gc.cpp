@@ -56,8 +56,8 @@ void remove_recorded_cgroups(const SandboxRecord& record) {
                 break;
             }
             if (errno != EBUSY || attempt >= 50) {
-                throw SystemError(errno, fmt::format("removing cgroup '{}' of sandbox {}", dir,
-                                                     record.id),
+                throw SystemError(errno,
+                                  fmt::format("removing cgroup '{}' of sandbox {}", dir, record.id),
                                   "a process may still be in it; kill it and run `maf-sandbox gc` "
                                   "again");
             }
@@ -93,8 +93,7 @@ GcReport reconcile(Registry& registry, const GcOptions& options) {
     // Directories without a readable record: a crash between mkdir and the first record write, or
     // between removing a record and its directory.
     std::error_code error;
-    for (const auto& entry :
-         fs::directory_iterator(registry.state_dir() / "sandboxes", error)) {
+    for (const auto& entry : fs::directory_iterator(registry.state_dir() / "sandboxes", error)) {
         const auto name = entry.path().filename().string();
         try {
             Registry::validate_id(name);

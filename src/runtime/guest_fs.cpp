@@ -38,9 +38,8 @@ std::vector<std::string> components_of(std::string_view guest_path) {
         const auto part = normal.substr(start, end - start);
         if (!part.empty() && part != ".") {
             if (part == "..") {
-                throw ConfinementEscape(
-                    fmt::format("guest path '{}' climbs above the root; use a path inside it",
-                                guest_path));
+                throw ConfinementEscape(fmt::format(
+                    "guest path '{}' climbs above the root; use a path inside it", guest_path));
             }
             parts.push_back(part);
         }
@@ -88,9 +87,9 @@ std::optional<std::uint64_t> size_of(const struct stat& st) {
 [[noreturn]] void throw_for(int error, const std::string& path, std::string_view doing) {
     switch (error) {
         case ENOENT:
-            throw FileNotFound(fmt::format("'{}' does not exist in the sandbox ({}); check the path",
-                                           path, doing),
-                               error);
+            throw FileNotFound(
+                fmt::format("'{}' does not exist in the sandbox ({}); check the path", path, doing),
+                error);
         case ENOTDIR:
             throw NotADirectory(fmt::format("'{}': a component is not a directory ({}); check the "
                                             "path",
@@ -108,9 +107,10 @@ std::optional<std::uint64_t> size_of(const struct stat& st) {
                                    error);
         case ELOOP:
         case EXDEV:
-            throw ConfinementEscape(fmt::format("'{}' goes through a link ({}); links are never "
-                                                "followed, name the real path",
-                                                path, doing));
+            throw ConfinementEscape(
+                fmt::format("'{}' goes through a link ({}); links are never "
+                            "followed, name the real path",
+                            path, doing));
         case ENOSPC:
         case EDQUOT:
             throw FileError(fmt::format("'{}': the sandbox's disk is full ({}); remove files or "
@@ -152,9 +152,10 @@ std::optional<std::uint64_t> size_of(const struct stat& st) {
         }
     }
     if (error == ELOOP) {
-        throw ConfinementEscape(fmt::format("'{}' went through a link that changed during the "
-                                            "operation ({}); refused, retry with a stable path",
-                                            guest(parts, parts.size()), doing));
+        throw ConfinementEscape(
+            fmt::format("'{}' went through a link that changed during the "
+                        "operation ({}); refused, retry with a stable path",
+                        guest(parts, parts.size()), doing));
     }
     throw_for(error, guest(parts, parts.size()), doing);
 }
@@ -182,9 +183,10 @@ std::string read_all(int fd, const std::string& path, std::uint64_t max_bytes,
     char buffer[1 << 16];
     for (;;) {
         if (deadline && std::chrono::steady_clock::now() >= *deadline) {
-            throw Timeout(fmt::format("reading '{}' did not finish before its deadline; retry with "
-                                      "a longer timeout",
-                                      path));
+            throw Timeout(
+                fmt::format("reading '{}' did not finish before its deadline; retry with "
+                            "a longer timeout",
+                            path));
         }
         const ssize_t got = ::read(fd, buffer, sizeof buffer);
         if (got < 0) {
@@ -289,8 +291,8 @@ std::string GuestFs::read(std::string_view guest_path, std::uint64_t max_bytes,
     struct stat again {};
     if (::fstat(file.get(), &again) != 0 || again.st_ino != st.st_ino ||
         again.st_dev != st.st_dev || !S_ISREG(again.st_mode)) {
-        throw ConfinementEscape(fmt::format("'{}' changed while it was opened; refused, retry",
-                                            path));
+        throw ConfinementEscape(
+            fmt::format("'{}' changed while it was opened; refused, retry", path));
     }
     return read_all(file.get(), path, max_bytes, deadline);
 }
@@ -366,7 +368,7 @@ UniqueFd make_dirs(int root, const std::vector<std::string>& parts, std::size_t 
 
 // Unlinks the temporary sibling unless the rename consumed it.
 class TempName {
-public:
+  public:
     TempName(int dir, std::string name) : dir_(dir), name_(std::move(name)) {}
     TempName(const TempName&) = delete;
     TempName& operator=(const TempName&) = delete;
@@ -378,7 +380,7 @@ public:
     void keep() noexcept { name_.clear(); }
     const std::string& name() const noexcept { return name_; }
 
-private:
+  private:
     int dir_;
     std::string name_;
 };
@@ -397,9 +399,10 @@ void GuestFs::write(std::string_view guest_path, std::string_view content,
     struct stat st {};
     if (::fstatat(parent.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
         if (S_ISLNK(st.st_mode)) {
-            throw ConfinementEscape(fmt::format("'{}' is a link; writing through a link is refused, "
-                                                "remove it or name the real path",
-                                                path));
+            throw ConfinementEscape(
+                fmt::format("'{}' is a link; writing through a link is refused, "
+                            "remove it or name the real path",
+                            path));
         }
         if (S_ISDIR(st.st_mode)) {
             throw_for(EISDIR, path, "writing");
@@ -418,7 +421,8 @@ void GuestFs::write(std::string_view guest_path, std::string_view content,
         throw_for(error, path, "writing");
     }
     // chown first: it clears set-id bits, and the mode we apply afterwards is exactly the caller's.
-    if (::fchown(file.get(), owner_.uid, owner_.gid) != 0 || ::fchmod(file.get(), options.mode) != 0) {
+    if (::fchown(file.get(), owner_.uid, owner_.gid) != 0 ||
+        ::fchmod(file.get(), options.mode) != 0) {
         throw_for(errno, path, "giving the file to the guest user");
     }
     if (options.fsync && ::fsync(file.get()) != 0) {

@@ -77,10 +77,11 @@ std::unique_ptr<ReadArchive> open_archive(const fs::path& path) {
     archive_read_support_format_tar(reader->handle);
     archive_read_support_format_gnutar(reader->handle);
     if (archive_read_open_filename(reader->handle, path.c_str(), 1 << 16) != ARCHIVE_OK) {
-        throw InvalidArgument(fmt::format("cannot read '{}' as a tar archive ({}); give a root "
-                                          "filesystem tarball, a `docker save` archive or an OCI "
-                                          "image layout archive",
-                                          path.string(), archive_error_string(reader->handle)));
+        throw InvalidArgument(
+            fmt::format("cannot read '{}' as a tar archive ({}); give a root "
+                        "filesystem tarball, a `docker save` archive or an OCI "
+                        "image layout archive",
+                        path.string(), archive_error_string(reader->handle)));
     }
     return reader;
 }
@@ -106,9 +107,10 @@ void for_each_entry(archive* reader, const fs::path& path, Visit&& visit) {
 // names and `..` anywhere, which could otherwise land outside the rootfs.
 std::string clean_member(std::string_view raw, const fs::path& archive_path) {
     if (!raw.empty() && raw.front() == '/') {
-        throw InvalidArgument(fmt::format("archive '{}' holds an absolute path '{}'; refused, "
-                                          "image archives hold relative paths only",
-                                          archive_path.string(), raw));
+        throw InvalidArgument(
+            fmt::format("archive '{}' holds an absolute path '{}'; refused, "
+                        "image archives hold relative paths only",
+                        archive_path.string(), raw));
     }
     std::string out;
     std::size_t start = 0;
@@ -116,9 +118,10 @@ std::string clean_member(std::string_view raw, const fs::path& archive_path) {
         const auto end = std::min(raw.find('/', start), raw.size());
         const auto part = raw.substr(start, end - start);
         if (part == "..") {
-            throw InvalidArgument(fmt::format("archive '{}' holds a path with '..' ('{}'); refused, "
-                                              "it could land outside the image",
-                                              archive_path.string(), raw));
+            throw InvalidArgument(
+                fmt::format("archive '{}' holds a path with '..' ('{}'); refused, "
+                            "it could land outside the image",
+                            archive_path.string(), raw));
         }
         if (!part.empty() && part != ".") {
             if (!out.empty()) {
@@ -160,20 +163,22 @@ void apply_layer(const fs::path& layer, const fs::path& rootfs, bool honour_whit
             const auto parent = "/" + dir_name(path);
             try {
                 if (name == kOpaqueMarker) {
-                    if (auto kind = guest.stat(parent); kind && kind->kind == EntryKind::directory) {
+                    if (auto kind = guest.stat(parent);
+                        kind && kind->kind == EntryKind::directory) {
                         for (const auto& child : guest.list(parent)) {
                             guest.remove((parent == "/" ? "" : parent) + "/" + child.name, true);
                         }
                     }
                 } else {
-                    guest.remove((parent == "/" ? "" : parent) + "/" +
-                                     name.substr(kWhiteoutPrefix.size()),
-                                 true);
+                    guest.remove(
+                        (parent == "/" ? "" : parent) + "/" + name.substr(kWhiteoutPrefix.size()),
+                        true);
                 }
             } catch (const ConfinementEscape& e) {
-                throw InvalidArgument(fmt::format("layer '{}': whiteout '{}' goes through a link; "
-                                                  "refused ({})",
-                                                  layer.filename().string(), path, e.what()));
+                throw InvalidArgument(
+                    fmt::format("layer '{}': whiteout '{}' goes through a link; "
+                                "refused ({})",
+                                layer.filename().string(), path, e.what()));
             }
         });
     }
@@ -181,10 +186,9 @@ void apply_layer(const fs::path& layer, const fs::path& rootfs, bool honour_whit
     auto reader = open_archive(layer);
     WriteDisk writer;
     // Numeric ids only: the image's users are the image's, never this machine's by name.
-    archive_write_disk_set_options(writer.handle,
-                                   ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM |
-                                       ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-                                       ARCHIVE_EXTRACT_SECURE_NODOTDOT);
+    archive_write_disk_set_options(
+        writer.handle, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
+                           ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT);
     const std::string prefix = rootfs.string() + "/";
     for_each_entry(reader->handle, layer, [&](archive_entry* entry) {
         const std::string raw = archive_entry_pathname(entry);
@@ -250,8 +254,8 @@ void extract_outer(const fs::path& archive_path, const fs::path& dir) {
         }
         const auto target = dir / path;
         fs::create_directories(target.parent_path());
-        UniqueFd fd{::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                           0600)};
+        UniqueFd fd{
+            ::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)};
         if (!fd) {
             throw SystemError(errno, fmt::format("staging '{}' from the archive", path));
         }
@@ -305,9 +309,10 @@ fs::path staged_path(const fs::path& staged, const std::string& reference) {
     const auto path = staged / clean;
     struct stat st {};
     if (clean.empty() || ::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-        throw InvalidArgument(fmt::format("the image archive names '{}' but does not contain it; "
-                                          "re-export the image",
-                                          reference));
+        throw InvalidArgument(
+            fmt::format("the image archive names '{}' but does not contain it; "
+                        "re-export the image",
+                        reference));
     }
     return path;
 }
@@ -383,9 +388,12 @@ json::value info_to_json(const ImageInfo& info) {
     for (const auto& [key, value] : info.env) {
         env[key] = value;
     }
-    return json::object{{"name", info.ref.name},       {"tag", info.ref.tag},
-                        {"source", info.source},       {"user", info.user},
-                        {"env", std::move(env)},       {"workdir", info.workdir},
+    return json::object{{"name", info.ref.name},
+                        {"tag", info.ref.tag},
+                        {"source", info.source},
+                        {"user", info.user},
+                        {"env", std::move(env)},
+                        {"workdir", info.workdir},
                         {"created_at", info.created_at_unix}};
 }
 
@@ -434,10 +442,11 @@ void take_config(const json::value& image_config, ImageInfo& info) {
 
 // Removes a staging directory unless released.
 class StagingDir {
-public:
+  public:
     explicit StagingDir(fs::path path) : path_(std::move(path)) {
         if (::mkdir(path_.c_str(), 0700) != 0) {
-            throw SystemError(errno, fmt::format("creating staging directory '{}'", path_.string()));
+            throw SystemError(errno,
+                              fmt::format("creating staging directory '{}'", path_.string()));
         }
     }
     StagingDir(const StagingDir&) = delete;
@@ -454,15 +463,14 @@ public:
     const fs::path& path() const noexcept { return path_; }
     void release() noexcept { path_.clear(); }
 
-private:
+  private:
     fs::path path_;
 };
 
 std::uint64_t now_unix() {
-    return static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::seconds>(
-            std::chrono::system_clock::now().time_since_epoch())
-            .count());
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                          std::chrono::system_clock::now().time_since_epoch())
+                                          .count());
 }
 
 // --- the host skeleton -------------------------------------------------------------------------
@@ -483,8 +491,8 @@ void make_dir_mode(const fs::path& path, mode_t mode) {
 
 void build_skeleton(const fs::path& root) {
     make_dir_mode(root, 0755);
-    for (const char* dir : {"usr", "proc", "dev", "etc", "home", "run", "var", "mnt", "sys",
-                            "maf-sandbox"}) {
+    for (const char* dir :
+         {"usr", "proc", "dev", "etc", "home", "run", "var", "mnt", "sys", "maf-sandbox"}) {
         make_dir_mode(root / dir, 0755);
     }
     make_dir_mode(root / "tmp", 01777);
@@ -534,7 +542,7 @@ void build_skeleton(const fs::path& root) {
 
 // Holds an exclusive flock on a file for the scope.
 class FileLock {
-public:
+  public:
     explicit FileLock(const fs::path& path)
         : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) {
         if (!fd_) {
@@ -547,14 +555,13 @@ public:
         }
     }
 
-private:
+  private:
     UniqueFd fd_;
 };
 
 bool is_number(const std::string& text) {
-    return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-        return c >= '0' && c <= '9';
-    });
+    return !text.empty() &&
+           std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 // Parses the image's /etc/passwd or /etc/group (read without following links out of the rootfs).
@@ -583,10 +590,9 @@ std::optional<std::pair<unsigned, unsigned>> lookup_colon_file(const fs::path& r
         if (fields.size() >= 3 && fields[0] == name) {
             try {
                 const auto id = static_cast<unsigned>(std::stoul(fields[2]));
-                return std::make_pair(
-                    id, fields.size() > 3 && is_number(fields[3])
-                            ? static_cast<unsigned>(std::stoul(fields[3]))
-                            : id);
+                return std::make_pair(id, fields.size() > 3 && is_number(fields[3])
+                                              ? static_cast<unsigned>(std::stoul(fields[3]))
+                                              : id);
             } catch (const std::exception&) {
                 return std::nullopt;
             }
@@ -609,17 +615,17 @@ ImageRef parse_image_ref(std::string_view text) {
         name = text.substr(0, colon);
         ref.tag = std::string(text.substr(colon + 1));
     }
-    const bool tag_ok =
-        !ref.tag.empty() && ref.tag.size() <= 128 && ref.tag.front() != '.' &&
-        ref.tag.front() != '-' &&
-        std::all_of(ref.tag.begin(), ref.tag.end(), [](char c) {
-            return (c >= 'A' && c <= 'Z') || valid_name_char(c);
-        });
+    const bool tag_ok = !ref.tag.empty() && ref.tag.size() <= 128 && ref.tag.front() != '.' &&
+                        ref.tag.front() != '-' &&
+                        std::all_of(ref.tag.begin(), ref.tag.end(), [](char c) {
+                            return (c >= 'A' && c <= 'Z') || valid_name_char(c);
+                        });
     if (!tag_ok) {
-        throw InvalidArgument(fmt::format(
-            "image tag '{}' in '{}' is not valid; a tag is 1 to 128 characters of A-Z a-z 0-9 _ . - "
-            "and starts with a letter, digit or _",
-            ref.tag, text));
+        throw InvalidArgument(
+            fmt::format("image tag '{}' in '{}' is not valid; a tag is 1 to 128 characters of A-Z "
+                        "a-z 0-9 _ . - "
+                        "and starts with a letter, digit or _",
+                        ref.tag, text));
     }
     std::size_t start = 0;
     while (start <= name.size()) {
@@ -660,15 +666,17 @@ fs::path ImageStore::image_dir(const ImageRef& ref) const {
 ImageInfo ImageStore::import(const fs::path& archive_path, std::string_view ref_text) {
     const auto ref = parse_image_ref(ref_text);
     if (ref.name == kHostImage) {
-        throw InvalidArgument("'host' is the built-in image and cannot be imported over; choose "
-                              "another name");
+        throw InvalidArgument(
+            "'host' is the built-in image and cannot be imported over; choose "
+            "another name");
     }
     const auto final_dir = image_dir(ref);
     struct stat st {};
     if (::lstat(final_dir.c_str(), &st) == 0) {
-        throw InvalidArgument(fmt::format("image '{}' already exists; remove it first with "
-                                          "`maf-sandbox images rm {}`",
-                                          ref.str(), ref.str()));
+        throw InvalidArgument(
+            fmt::format("image '{}' already exists; remove it first with "
+                        "`maf-sandbox images rm {}`",
+                        ref.str(), ref.str()));
     }
     if (::stat(archive_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
         throw InvalidArgument(fmt::format("archive '{}' is not a readable file; check the path",
@@ -723,8 +731,8 @@ ImageInfo ImageStore::import(const fs::path& archive_path, std::string_view ref_
     if (info.env.find("PATH") == info.env.end()) {
         info.env["PATH"] = kDefaultPath;
     }
-    detail::write_file_durably(staging.path() / kMetadataFile,
-                               json::serialize(info_to_json(info)), 0644);
+    detail::write_file_durably(staging.path() / kMetadataFile, json::serialize(info_to_json(info)),
+                               0644);
     ::chmod(staging.path().c_str(), 0755);
 
     const auto name_dir = final_dir.parent_path();
@@ -733,12 +741,13 @@ ImageInfo ImageStore::import(const fs::path& archive_path, std::string_view ref_
     }
     if (::rename(staging.path().c_str(), final_dir.c_str()) != 0) {
         if (errno == EEXIST || errno == ENOTEMPTY) {
-            throw InvalidArgument(fmt::format("image '{}' was imported concurrently; remove it "
-                                              "first with `maf-sandbox images rm {}`",
-                                              ref.str(), ref.str()));
+            throw InvalidArgument(
+                fmt::format("image '{}' was imported concurrently; remove it "
+                            "first with `maf-sandbox images rm {}`",
+                            ref.str(), ref.str()));
         }
-        throw SystemError(errno, fmt::format("moving the imported image into '{}'",
-                                             final_dir.string()));
+        throw SystemError(errno,
+                          fmt::format("moving the imported image into '{}'", final_dir.string()));
     }
     staging.release();
     info.rootfs = final_dir / "rootfs";
@@ -772,9 +781,8 @@ std::vector<ImageInfo> ImageStore::list() const {
             }
         }
     }
-    std::sort(imported.begin(), imported.end(), [](const ImageInfo& a, const ImageInfo& b) {
-        return a.ref.str() < b.ref.str();
-    });
+    std::sort(imported.begin(), imported.end(),
+              [](const ImageInfo& a, const ImageInfo& b) { return a.ref.str() < b.ref.str(); });
     images.insert(images.end(), imported.begin(), imported.end());
     return images;
 }
@@ -787,9 +795,10 @@ void ImageStore::remove(std::string_view ref_text) {
     const auto dir = image_dir(ref);
     struct stat st {};
     if (::lstat((dir / kMetadataFile).c_str(), &st) != 0) {
-        throw InvalidArgument(fmt::format("unknown image '{}'; run `maf-sandbox images list` to "
-                                          "see the images there are",
-                                          ref.str()));
+        throw InvalidArgument(
+            fmt::format("unknown image '{}'; run `maf-sandbox images list` to "
+                        "see the images there are",
+                        ref.str()));
     }
     // Move it aside first so a concurrent resolve never sees a half-removed image.
     const auto doomed = images_dir_ / (".remove-" + detail::random_hex(8));
@@ -867,9 +876,10 @@ MountPlan ImageStore::resolve(std::string_view ref_text) const {
     const auto ref = parse_image_ref(ref_text);
     if (ref.name == kHostImage) {
         if (ref.tag != kDefaultTag) {
-            throw InvalidArgument(fmt::format("unknown image '{}'; the built-in image is "
-                                              "'host' (host:latest)",
-                                              ref.str()));
+            throw InvalidArgument(
+                fmt::format("unknown image '{}'; the built-in image is "
+                            "'host' (host:latest)",
+                            ref.str()));
         }
         return resolve_host();
     }
@@ -878,10 +888,11 @@ MountPlan ImageStore::resolve(std::string_view ref_text) const {
     try {
         info = info_from_json(read_json(dir / kMetadataFile), dir);
     } catch (const SystemError&) {
-        throw InvalidArgument(fmt::format("unknown image '{}'; run `maf-sandbox images list` to see "
-                                          "the images there are, or import one with `maf-sandbox "
-                                          "images import ARCHIVE --name {}`",
-                                          ref.str(), ref.str()));
+        throw InvalidArgument(
+            fmt::format("unknown image '{}'; run `maf-sandbox images list` to see "
+                        "the images there are, or import one with `maf-sandbox "
+                        "images import ARCHIVE --name {}`",
+                        ref.str(), ref.str()));
     }
     MountPlan plan;
     plan.image = ref.str();
@@ -902,10 +913,11 @@ MountPlan ImageStore::resolve(std::string_view ref_text) const {
     } else {
         const auto found = lookup_colon_file(info.rootfs, "/etc/passwd", user);
         if (!found) {
-            throw InvalidArgument(fmt::format("image '{}' runs as user '{}', which its /etc/passwd "
-                                              "does not define; re-import an image whose User "
-                                              "exists",
-                                              ref.str(), user));
+            throw InvalidArgument(
+                fmt::format("image '{}' runs as user '{}', which its /etc/passwd "
+                            "does not define; re-import an image whose User "
+                            "exists",
+                            ref.str(), user));
         }
         plan.uid = found->first;
         plan.gid = found->second;
@@ -915,9 +927,10 @@ MountPlan ImageStore::resolve(std::string_view ref_text) const {
     } else if (!group.empty()) {
         const auto found = lookup_colon_file(info.rootfs, "/etc/group", group);
         if (!found) {
-            throw InvalidArgument(fmt::format("image '{}' runs as group '{}', which its /etc/group "
-                                              "does not define",
-                                              ref.str(), group));
+            throw InvalidArgument(
+                fmt::format("image '{}' runs as group '{}', which its /etc/group "
+                            "does not define",
+                            ref.str(), group));
         }
         plan.gid = found->first;  // group file: name:x:gid:members, so the gid is field 3
     }

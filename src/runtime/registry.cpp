@@ -53,16 +53,17 @@ std::int64_t to_ms(Clock::time_point t) {
 }
 
 Clock::time_point from_ms(std::int64_t ms) {
-    return Clock::time_point{std::chrono::duration_cast<Clock::duration>(
-        std::chrono::milliseconds{ms})};
+    return Clock::time_point{
+        std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds{ms})};
 }
 
 const json::value& field(const json::object& object, std::string_view name) {
     const auto* found = object.if_contains(name);
     if (found == nullptr) {
-        throw InvalidArgument(fmt::format("sandbox record has no '{}' field; the record is "
-                                          "damaged, run `maf-sandbox gc`",
-                                          name));
+        throw InvalidArgument(
+            fmt::format("sandbox record has no '{}' field; the record is "
+                        "damaged, run `maf-sandbox gc`",
+                        name));
     }
     return *found;
 }
@@ -95,8 +96,8 @@ bool valid_label_char(char c, bool allow_slash) {
 
 void check_requirement(std::string_view key, std::string_view value, std::string_view item) {
     if (key.empty()) {
-        throw InvalidArgument(fmt::format("label selector item '{}' has an empty key; write k=v",
-                                          item));
+        throw InvalidArgument(
+            fmt::format("label selector item '{}' has an empty key; write k=v", item));
     }
     if (key.size() > kMaxLabelPart ||
         !std::all_of(key.begin(), key.end(), [](char c) { return valid_label_char(c, true); })) {
@@ -105,8 +106,9 @@ void check_requirement(std::string_view key, std::string_view value, std::string
             "- /",
             key));
     }
-    if (value.size() > kMaxLabelPart ||
-        !std::all_of(value.begin(), value.end(), [](char c) { return valid_label_char(c, false); })) {
+    if (value.size() > kMaxLabelPart || !std::all_of(value.begin(), value.end(), [](char c) {
+            return valid_label_char(c, false);
+        })) {
         throw InvalidArgument(fmt::format(
             "label selector value '{}' (for key '{}') is not valid; values are at most 63 "
             "characters of A-Z a-z 0-9 . _ -",
@@ -207,8 +209,8 @@ SandboxState parse_sandbox_state(std::string_view text) {
             return entry.state;
         }
     }
-    throw InvalidArgument(fmt::format(
-        "unknown sandbox state '{}'; expected creating, running or stopping", text));
+    throw InvalidArgument(
+        fmt::format("unknown sandbox state '{}'; expected creating, running or stopping", text));
 }
 
 std::optional<std::uint64_t> process_start_time(pid_t pid) {
@@ -263,15 +265,13 @@ json::value to_json(const SandboxRecord& record) {
         {"image", record.image},
         {"egress", std::string(to_string(record.egress))},
         {"egress_allow", std::move(allow)},
-        {"limits",
-         json::object{{"memory_bytes", record.limits.memory_bytes},
-                      {"pids", record.limits.pids},
-                      {"cpus", record.limits.cpus},
-                      {"disk_bytes", record.limits.disk_bytes}}},
+        {"limits", json::object{{"memory_bytes", record.limits.memory_bytes},
+                                {"pids", record.limits.pids},
+                                {"cpus", record.limits.cpus},
+                                {"disk_bytes", record.limits.disk_bytes}}},
         {"runtime", record.runtime},
-        {"supervisor",
-         json::object{{"pid", record.supervisor.pid},
-                      {"start_time", record.supervisor.start_time}}},
+        {"supervisor", json::object{{"pid", record.supervisor.pid},
+                                    {"start_time", record.supervisor.start_time}}},
         {"created_at_ms", to_ms(record.created_at)},
         {"last_used_at_ms", to_ms(record.last_used_at)},
         {"lifecycle", std::move(lifecycle)},
@@ -293,8 +293,8 @@ SandboxRecord record_from_json(const json::value& value) {
     }
     for (const auto& [key, label] : labels.get_object()) {
         if (!label.is_string()) {
-            throw InvalidArgument(fmt::format("sandbox record label '{}' is not a string",
-                                              std::string_view(key)));
+            throw InvalidArgument(
+                fmt::format("sandbox record label '{}' is not a string", std::string_view(key)));
         }
         record.labels.emplace(std::string(key), std::string(label.get_string()));
     }
@@ -342,7 +342,8 @@ SandboxRecord record_from_json(const json::value& value) {
 }
 
 bool lifecycle_expired(const SandboxRecord& record, Clock::time_point now) {
-    if (record.lifecycle.max_lifetime && now >= record.created_at + *record.lifecycle.max_lifetime) {
+    if (record.lifecycle.max_lifetime &&
+        now >= record.created_at + *record.lifecycle.max_lifetime) {
         return true;
     }
     const auto last = std::max(record.last_used_at, record.created_at);
@@ -365,9 +366,9 @@ LabelSelector LabelSelector::parse(std::string_view text) {
     std::size_t start = 0;
     for (;;) {
         const auto comma = text.find(',', start);
-        add_requirement(required, text.substr(start, comma == std::string_view::npos
-                                                         ? std::string_view::npos
-                                                         : comma - start));
+        add_requirement(required,
+                        text.substr(start, comma == std::string_view::npos ? std::string_view::npos
+                                                                           : comma - start));
         if (comma == std::string_view::npos) {
             break;
         }
@@ -401,8 +402,9 @@ bool LabelSelector::matches(const std::map<std::string, std::string>& labels) co
 
 Registry::Registry(fs::path state_dir) : state_dir_(std::move(state_dir)) {
     if (state_dir_.empty()) {
-        throw InvalidArgument("the state directory is empty; set MAF_SANDBOX_STATE_DIR or the "
-                              "runtime's state_dir");
+        throw InvalidArgument(
+            "the state directory is empty; set MAF_SANDBOX_STATE_DIR or the "
+            "runtime's state_dir");
     }
     state_dir_ = fs::absolute(state_dir_).lexically_normal();
     std::error_code ignored;
@@ -413,11 +415,14 @@ Registry::Registry(fs::path state_dir) : state_dir_(std::move(state_dir)) {
     make_dir(state_dir_ / "locks", 0700);
 }
 
-std::string Registry::new_id() { return detail::random_hex(16); }
+std::string Registry::new_id() {
+    return detail::random_hex(16);
+}
 
 void Registry::validate_id(std::string_view id) {
-    const bool hex = std::all_of(id.begin(), id.end(),
-                                 [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+    const bool hex = std::all_of(id.begin(), id.end(), [](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    });
     if (!hex || id.size() < 16 || id.size() > 64) {
         throw InvalidArgument(fmt::format(
             "'{}' is not a sandbox id (16 to 64 lowercase hex digits); list ids with `maf-sandbox "
@@ -431,7 +436,9 @@ fs::path Registry::sandbox_dir(std::string_view id) const {
     return state_dir_ / "sandboxes" / std::string(id);
 }
 
-fs::path Registry::record_path(std::string_view id) const { return sandbox_dir(id) / kRecordFile; }
+fs::path Registry::record_path(std::string_view id) const {
+    return sandbox_dir(id) / kRecordFile;
+}
 
 void Registry::write_record(const SandboxRecord& record) const {
     detail::write_file_durably(record_path(record.id), json::serialize(to_json(record)), 0600);
@@ -492,7 +499,9 @@ void Registry::remove(std::string_view id) {
     detail::remove_host_tree(dir, true);
 }
 
-std::vector<SandboxRecord> Registry::list() const { return list(LabelSelector{}); }
+std::vector<SandboxRecord> Registry::list() const {
+    return list(LabelSelector{});
+}
 
 std::vector<SandboxRecord> Registry::list(const LabelSelector& selector) const {
     std::vector<SandboxRecord> records;
@@ -509,8 +518,8 @@ std::vector<SandboxRecord> Registry::list(const LabelSelector& selector) const {
         }
     }
     if (error) {
-        throw SystemError(error.value(), fmt::format("listing '{}'",
-                                                     (state_dir_ / "sandboxes").string()));
+        throw SystemError(error.value(),
+                          fmt::format("listing '{}'", (state_dir_ / "sandboxes").string()));
     }
     std::sort(records.begin(), records.end(), [](const SandboxRecord& a, const SandboxRecord& b) {
         return std::tie(a.created_at, a.id) < std::tie(b.created_at, b.id);

@@ -471,14 +471,20 @@ class SimulatedGuest : public Sandbox {
                 doomed.push_back(stored);
             }
         }
+        // Targets are resolved before anything goes, while the path to each link still exists.
+        std::vector<std::string> followed;
         for (const auto& stored : doomed) {
-            if (follow_interior_links && nodes.count(stored) &&
-                nodes.at(stored).kind == EntryKind::symlink) {
+            if (follow_interior_links && nodes.at(stored).kind == EntryKind::symlink) {
                 if (const auto target = resolve(stored, true); target && *target != real) {
-                    nodes.erase(*target);
+                    followed.push_back(*target);
                 }
             }
+        }
+        for (const auto& stored : doomed) {
             nodes.erase(stored);
+        }
+        for (const auto& target : followed) {
+            nodes.erase(target);
         }
     }
 

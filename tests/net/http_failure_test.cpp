@@ -1,6 +1,6 @@
+#include <fmt/format.h>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
-#include <fmt/format.h>
 
 #include "net_test_support.hpp"
 
@@ -15,7 +15,7 @@ using testing::tls_server;
 using testing::trusting_client;
 
 class HttpFailures : public ::testing::Test {
-protected:
+  protected:
     boost::asio::io_context io;
 };
 
@@ -28,10 +28,9 @@ std::uint16_t closed_port(boost::asio::io_context& io) {
 TEST_F(HttpFailures, RefusedConnectionIsNotSent) {
     HttpClient client(io.get_executor(), trusting_client());
     try {
-        run_until_done(io, client.send({"POST",
-                                      fmt::format("https://127.0.0.1:{}/exec", closed_port(io)),
-                                      {},
-                                      "{}"}));
+        run_until_done(
+            io, client.send(
+                    {"POST", fmt::format("https://127.0.0.1:{}/exec", closed_port(io)), {}, "{}"}));
         FAIL() << "connect to a closed port succeeded";
     } catch (const ConnectFailed& e) {
         EXPECT_EQ(e.phase(), RequestPhase::not_sent);
@@ -50,8 +49,10 @@ TEST_F(HttpFailures, ConnectionDroppedMidResponseIsSentAndHandlerRan) {
     const auto port = server.start();
     HttpClient client(io.get_executor(), trusting_client());
     try {
-        run_until_done(io, client.send({"POST", fmt::format("https://127.0.0.1:{}/x", port), {},
-                                      R"({"command":"true"})"}));
+        run_until_done(io, client.send({"POST",
+                                        fmt::format("https://127.0.0.1:{}/x", port),
+                                        {},
+                                        R"({"command":"true"})"}));
         FAIL() << "a truncated response was accepted";
     } catch (const ResponseFailed& e) {
         EXPECT_TRUE(e.request_sent());
@@ -69,7 +70,7 @@ TEST_F(HttpFailures, DeadlineAfterSendingSaysSent) {
     const auto start = std::chrono::steady_clock::now();
     try {
         run_until_done(io, client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}},
-                                     RequestOptions{Seconds(0.2), {}}));
+                                       RequestOptions{Seconds(0.2), {}}));
         FAIL() << "the deadline did not fire";
     } catch (const DeadlineExceeded& e) {
         EXPECT_EQ(e.phase(), RequestPhase::sent);
@@ -84,12 +85,12 @@ TEST_F(HttpFailures, DeadlineDuringHandshakeSaysNotSent) {
     silent.async_accept(held, [](boost::system::error_code) {});
     HttpClient client(io.get_executor(), trusting_client());
     try {
-        run_until_done(io, client.send({"POST",
-                                      fmt::format("https://127.0.0.1:{}/",
-                                                  silent.local_endpoint().port()),
-                                      {},
-                                      "x"},
-                                     RequestOptions{Seconds(0.2), {}}));
+        run_until_done(
+            io, client.send({"POST",
+                             fmt::format("https://127.0.0.1:{}/", silent.local_endpoint().port()),
+                             {},
+                             "x"},
+                            RequestOptions{Seconds(0.2), {}}));
         FAIL() << "the deadline did not fire";
     } catch (const DeadlineExceeded& e) {
         EXPECT_EQ(e.phase(), RequestPhase::not_sent);
@@ -108,7 +109,8 @@ TEST_F(HttpFailures, ResponseOverTheBoundIsRefused) {
     EXPECT_THROW(run_until_done(io, client.send({"GET", url, {}, {}}, RequestOptions{{}, 1024})),
                  ResponseTooLarge);
     // Within the bound the same answer arrives whole.
-    const auto r = run_until_done(io, client.send({"GET", url, {}, {}}, RequestOptions{{}, 128 * 1024}));
+    const auto r =
+        run_until_done(io, client.send({"GET", url, {}, {}}, RequestOptions{{}, 128 * 1024}));
     EXPECT_EQ(r.body.size(), 64u * 1024);
 }
 

@@ -1,6 +1,6 @@
+#include <fmt/format.h>
 #include <atomic>
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include <fmt/format.h>
 
 #include "net_test_support.hpp"
 
@@ -24,7 +24,7 @@ Task<HttpResponse> echo(HttpRequest request) {
 }
 
 class HttpRoundTrip : public ::testing::Test {
-protected:
+  protected:
     boost::asio::io_context io;
 };
 
@@ -77,7 +77,8 @@ TEST_F(HttpRoundTrip, UntrustedCertificateIsRefusedBeforeSending) {
     options.proxy = ProxySettings{};
     HttpClient client(io.get_executor(), options);
     try {
-        run_until_done(io, client.send({"POST", fmt::format("https://127.0.0.1:{}/", port), {}, "x"}));
+        run_until_done(io,
+                       client.send({"POST", fmt::format("https://127.0.0.1:{}/", port), {}, "x"}));
         FAIL() << "an unknown CA was trusted";
     } catch (const ConnectFailed& e) {
         EXPECT_FALSE(e.request_sent());
@@ -95,14 +96,14 @@ TEST_F(HttpRoundTrip, CertificateForAnotherNameIsRefused) {
     auto client_options = trusting_client();
     client_options.ca_pem = other.ca_certificate_pem;
     HttpClient client(io.get_executor(), client_options);
-    EXPECT_THROW(
-        run_until_done(io, client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}})),
-        ConnectFailed);
+    EXPECT_THROW(run_until_done(
+                     io, client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}})),
+                 ConnectFailed);
 }
 
 TEST_F(HttpRoundTrip, CaFileIsTrusted) {
-    const auto dir = std::filesystem::temp_directory_path() /
-                     fmt::format("maf-net-ca-{}", ::getpid());
+    const auto dir =
+        std::filesystem::temp_directory_path() / fmt::format("maf-net-ca-{}", ::getpid());
     std::filesystem::create_directories(dir);
     write_file_atomically(dir / "ca.pem", testing::test_authority().ca_certificate_pem);
     HttpServer server(io.get_executor(), tls_server(), echo);
@@ -111,8 +112,8 @@ TEST_F(HttpRoundTrip, CaFileIsTrusted) {
     options.ca_file = (dir / "ca.pem").string();
     options.proxy = ProxySettings{};
     HttpClient client(io.get_executor(), options);
-    const auto response =
-        run_until_done(io, client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}}));
+    const auto response = run_until_done(
+        io, client.send({"GET", fmt::format("https://127.0.0.1:{}/", port), {}, {}}));
     EXPECT_EQ(response.status, 200);
     std::filesystem::remove_all(dir);
 }
@@ -207,8 +208,9 @@ TEST_F(HttpRoundTrip, OversizedRequestBodyIsAnswered413) {
     HttpServer server(io.get_executor(), options, echo);
     const auto port = server.start();
     HttpClient client(io.get_executor(), trusting_client());
-    const auto r = run_until_done(io, client.send({"PUT", fmt::format("https://127.0.0.1:{}/", port),
-                                                 {}, std::string(4096, 'x')}));
+    const auto r = run_until_done(
+        io, client.send(
+                {"PUT", fmt::format("https://127.0.0.1:{}/", port), {}, std::string(4096, 'x')}));
     EXPECT_EQ(r.status, 413);
 }
 

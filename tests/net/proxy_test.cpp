@@ -1,9 +1,9 @@
+#include <fmt/format.h>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
-#include <fmt/format.h>
 
 #include "net_test_support.hpp"
 
@@ -21,7 +21,7 @@ using testing::trusting_client;
 // A tiny CONNECT proxy: records each request head, then tunnels every authority to one upstream
 // loopback port (so a made-up host name can reach the test server), or refuses with 407.
 class TestProxy {
-public:
+  public:
     TestProxy(asio::io_context& io, std::uint16_t upstream_port, bool refuse = false)
         : io_(io),
           acceptor_(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),
@@ -32,7 +32,7 @@ public:
     std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
     const std::vector<std::string>& heads() const { return heads_; }
 
-private:
+  private:
     Task<void> accept_loop() {
         for (;;) {
             auto socket = co_await acceptor_.async_accept(asio::use_awaitable);
@@ -50,8 +50,8 @@ private:
 
     Task<void> session(tcp::socket client) {
         asio::streambuf buffer;
-        const auto n = co_await asio::async_read_until(client, buffer, "\r\n\r\n",
-                                                       asio::use_awaitable);
+        const auto n =
+            co_await asio::async_read_until(client, buffer, "\r\n\r\n", asio::use_awaitable);
         std::string head(asio::buffers_begin(buffer.data()),
                          asio::buffers_begin(buffer.data()) + static_cast<std::ptrdiff_t>(n));
         heads_.push_back(head);
@@ -90,7 +90,7 @@ Task<HttpResponse> hello(HttpRequest request) {
 }
 
 class ProxyTunnel : public ::testing::Test {
-protected:
+  protected:
     asio::io_context io;
 };
 
@@ -99,7 +99,8 @@ TEST_F(ProxyTunnel, HttpsGoesThroughConnectWithCredentials) {
     const auto port = server.start();
     TestProxy proxy(io, port);
     auto options = trusting_client();
-    options.proxy = ProxySettings{fmt::format("http://alice:s3cret@127.0.0.1:{}", proxy.port()), ""};
+    options.proxy =
+        ProxySettings{fmt::format("http://alice:s3cret@127.0.0.1:{}", proxy.port()), ""};
     HttpClient client(io.get_executor(), options);
     const auto r = run_until_done(io, client.send({"GET", "https://emulator.test:8443/x", {}, {}}));
     EXPECT_EQ(r.status, 200);

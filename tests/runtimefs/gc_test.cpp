@@ -34,8 +34,12 @@ SandboxRecord record_with(SupervisorRef supervisor) {
     return record;
 }
 
-SupervisorRef self() { return SupervisorRef{::getpid(), *process_start_time(::getpid())}; }
-SupervisorRef dead() { return SupervisorRef{reaped_child(), 12345}; }
+SupervisorRef self() {
+    return SupervisorRef{::getpid(), *process_start_time(::getpid())};
+}
+SupervisorRef dead() {
+    return SupervisorRef{reaped_child(), 12345};
+}
 
 TEST(GcTest, ADeadSandboxLosesItsDirectoryAndRecordAndALiveOneIsKept) {
     TempDir temp;

@@ -38,7 +38,7 @@ void put(const fs::path& path, const std::string& content) {
 }
 
 class GuestFsTest : public ::testing::Test {
-protected:
+  protected:
     GuestFsTest() : root(temp.path() / "root"), outside(temp.path() / "outside") {
         fs::create_directories(root);
         fs::create_directories(outside / "dir");
@@ -78,10 +78,10 @@ TEST_F(GuestFsTest, StatOfMissingPathOrMissingAncestorIsAbsent) {
 }
 
 TEST_F(GuestFsTest, AncestorLinkIsAnEscapeWhateverItsTarget) {
-    fs::create_symlink(outside, root / "abs");           // absolute target outside
-    fs::create_symlink("../outside", root / "dotdot");   // `..` inside the target
+    fs::create_symlink(outside, root / "abs");          // absolute target outside
+    fs::create_symlink("../outside", root / "dotdot");  // `..` inside the target
     fs::create_directories(root / "real");
-    fs::create_symlink("real", root / "inner");          // even a link staying inside
+    fs::create_symlink("real", root / "inner");  // even a link staying inside
     for (const char* path : {"/abs/secret.txt", "/dotdot/secret.txt", "/inner/x"}) {
         EXPECT_THROW(fs_().stat(path), ConfinementEscape) << path;
         EXPECT_THROW(fs_().read(path, 100), ConfinementEscape) << path;

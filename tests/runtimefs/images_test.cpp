@@ -19,7 +19,7 @@ using testing::TempDir;
 
 // Builds a tar archive in memory, entry by entry, with libarchive.
 class TarBuilder {
-public:
+  public:
     explicit TarBuilder(bool gzip = false) {
         archive_write_set_format_pax_restricted(writer_);
         if (gzip) {
@@ -32,7 +32,9 @@ public:
     TarBuilder& file(const std::string& name, const std::string& content, int mode = 0644) {
         return add(name, AE_IFREG, mode, content, nullptr, nullptr);
     }
-    TarBuilder& dir(const std::string& name) { return add(name, AE_IFDIR, 0755, "", nullptr, nullptr); }
+    TarBuilder& dir(const std::string& name) {
+        return add(name, AE_IFDIR, 0755, "", nullptr, nullptr);
+    }
     TarBuilder& symlink(const std::string& name, const std::string& target) {
         return add(name, AE_IFLNK, 0777, "", target.c_str(), nullptr);
     }
@@ -45,7 +47,7 @@ public:
     }
     void write_to(const fs::path& path) { std::ofstream(path, std::ios::binary) << finish(); }
 
-private:
+  private:
     TarBuilder& add(const std::string& name, unsigned type, int mode, const std::string& content,
                     const char* symlink, const char* hardlink) {
         archive_entry* entry = archive_entry_new();
@@ -80,7 +82,8 @@ std::string slurp(const fs::path& path) {
     return buffer.str();
 }
 
-const std::string kPasswd = "root:x:0:0:root:/root:/bin/sh\napp:x:1001:1002:app:/home/app:/bin/sh\n";
+const std::string kPasswd =
+    "root:x:0:0:root:/root:/bin/sh\napp:x:1001:1002:app:/home/app:/bin/sh\n";
 const std::string kGroup = "root:x:0:\nstaff:x:50:app\n";
 const std::string kConfig =
     R"({"architecture":"amd64","os":"linux","config":{"User":"app","Env":["PATH=/usr/bin:/bin","FOO=bar=baz"],"WorkingDir":"/srv"}})";
@@ -108,13 +111,12 @@ std::string layer_two() {
 }
 
 class ImageStoreTest : public ::testing::Test {
-protected:
+  protected:
     ImageStoreTest() : store(temp.path() / "state") {}
 
     void expect_no_leftovers() {
         for (const auto& entry : fs::directory_iterator(store.images_dir())) {
-            EXPECT_FALSE(entry.path().filename().string().starts_with(".import-"))
-                << entry.path();
+            EXPECT_FALSE(entry.path().filename().string().starts_with(".import-")) << entry.path();
         }
     }
 
@@ -185,8 +187,9 @@ TEST_F(ImageStoreTest, AnOciLayoutAppliesLayersInOrderWithWhiteouts) {
 TEST_F(ImageStoreTest, ADockerSaveArchiveImportsWithItsConfig) {
     const auto archive = temp.path() / "saved.tar";
     TarBuilder()
-        .file("manifest.json",
-              R"([{"Config":"cfg.json","RepoTags":["app:1"],"Layers":["l1/layer.tar","l2/layer.tar"]}])")
+        .file(
+            "manifest.json",
+            R"([{"Config":"cfg.json","RepoTags":["app:1"],"Layers":["l1/layer.tar","l2/layer.tar"]}])")
         .file("cfg.json", kConfig)
         .file("l1/layer.tar", layer_one())
         .file("l2/layer.tar", layer_two())

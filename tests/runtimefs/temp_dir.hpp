@@ -10,7 +10,7 @@
 namespace maf_sandbox::runtime::testing {
 
 class TempDir {
-public:
+  public:
     TempDir() {
         std::string pattern = (std::filesystem::temp_directory_path() / "maf-runtimefs-XXXXXX");
         if (::mkdtemp(pattern.data()) == nullptr) {
@@ -26,7 +26,7 @@ public:
     }
     const std::filesystem::path& path() const { return path_; }
 
-private:
+  private:
     std::filesystem::path path_;
 };
 

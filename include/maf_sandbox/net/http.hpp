@@ -15,7 +15,7 @@ namespace maf_sandbox::net {
 
 // Header fields in arrival order. Names compare case-insensitively; a name may repeat.
 class HttpHeaders {
-public:
+  public:
     using Field = std::pair<std::string, std::string>;
 
     // Appends a field (keeps earlier ones with the same name).
@@ -31,7 +31,7 @@ public:
     auto begin() const noexcept { return fields_.begin(); }
     auto end() const noexcept { return fields_.end(); }
 
-private:
+  private:
     std::vector<Field> fields_;
 };
 
@@ -61,20 +61,20 @@ bool iequals(std::string_view a, std::string_view b) noexcept;
 enum class RequestPhase { not_sent, sent };
 
 class NetError : public Error {
-public:
+  public:
     NetError(const std::string& message, RequestPhase phase) : Error(message), phase_(phase) {}
     std::string_view type_name() const noexcept override { return "NetError"; }
     RequestPhase phase() const noexcept { return phase_; }
     bool request_sent() const noexcept { return phase_ == RequestPhase::sent; }
 
-private:
+  private:
     RequestPhase phase_;
 };
 
 // Name resolution, TCP connect, the proxy tunnel, the TLS handshake (certificate verification
 // included) or the request write failed: always RequestPhase::not_sent.
 class ConnectFailed : public NetError {
-public:
+  public:
     explicit ConnectFailed(const std::string& message)
         : NetError(message, RequestPhase::not_sent) {}
     std::string_view type_name() const noexcept override { return "ConnectFailed"; }
@@ -83,23 +83,22 @@ public:
 // The request went out and the connection failed before a complete response arrived (reset, EOF,
 // malformed response): always RequestPhase::sent.
 class ResponseFailed : public NetError {
-public:
+  public:
     explicit ResponseFailed(const std::string& message) : NetError(message, RequestPhase::sent) {}
     std::string_view type_name() const noexcept override { return "ResponseFailed"; }
 };
 
 // The request's deadline expired; phase() says whether the request had been sent by then.
 class DeadlineExceeded : public NetError {
-public:
+  public:
     using NetError::NetError;
     std::string_view type_name() const noexcept override { return "DeadlineExceeded"; }
 };
 
 // The response (headers or body) was larger than the request's bound; the connection is dropped.
 class ResponseTooLarge : public NetError {
-public:
-    explicit ResponseTooLarge(const std::string& message)
-        : NetError(message, RequestPhase::sent) {}
+  public:
+    explicit ResponseTooLarge(const std::string& message) : NetError(message, RequestPhase::sent) {}
     std::string_view type_name() const noexcept override { return "ResponseTooLarge"; }
 };
 

@@ -50,8 +50,8 @@ struct HttpClientOptions {
 };
 
 struct RequestOptions {
-    std::optional<Seconds> timeout;                   // whole request: connect to last body byte
-    std::optional<std::size_t> max_response_bytes;    // headers + body
+    std::optional<Seconds> timeout;                 // whole request: connect to last body byte
+    std::optional<std::size_t> max_response_bytes;  // headers + body
 };
 
 struct HttpClientStats {
@@ -61,7 +61,7 @@ struct HttpClientStats {
 };
 
 class HttpClient {
-public:
+  public:
     // Throws InvalidArgument when the CA file or PEM cannot be loaded.
     explicit HttpClient(boost::asio::any_io_executor executor, HttpClientOptions options = {});
     ~HttpClient();
@@ -80,7 +80,7 @@ public:
 
     HttpClientStats stats() const;
 
-private:
+  private:
     struct Impl;
     std::shared_ptr<Impl> impl_;
 };

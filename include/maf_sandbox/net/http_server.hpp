@@ -27,12 +27,12 @@ using HttpHandler = std::function<Task<HttpResponse>(HttpRequest)>;
 // status line, headers and half the body are written, then the socket is closed). For fault
 // injection: the client sees a request that was sent and never answered completely.
 class AbortConnection : public std::exception {
-public:
+  public:
     explicit AbortConnection(HttpResponse partial = {}) : partial_(std::move(partial)) {}
     const char* what() const noexcept override { return "connection aborted by the handler"; }
     const HttpResponse& partial() const noexcept { return partial_; }
 
-private:
+  private:
     HttpResponse partial_;
 };
 
@@ -49,7 +49,7 @@ struct HttpServerOptions {
 };
 
 class HttpServer {
-public:
+  public:
     // Throws InvalidArgument when the TLS credentials do not load.
     HttpServer(boost::asio::any_io_executor executor, HttpServerOptions options,
                HttpHandler handler);
@@ -70,7 +70,7 @@ public:
     // Requests whose handler is running now.
     std::size_t in_flight() const;
 
-private:
+  private:
     struct Impl;
     std::shared_ptr<Impl> impl_;
 };

@@ -25,9 +25,9 @@ struct SelfSignedAuthority {
 
 // A fresh P-256 CA (10 years) and a server certificate it signs (2 years) whose subjectAltName
 // lists `dns_names` and `ip_addresses`. Throws Error when OpenSSL refuses.
-SelfSignedAuthority generate_self_signed(
-    const std::vector<std::string>& dns_names = {"localhost"},
-    const std::vector<std::string>& ip_addresses = {"127.0.0.1"});
+SelfSignedAuthority generate_self_signed(const std::vector<std::string>& dns_names = {"localhost"},
+                                         const std::vector<std::string>& ip_addresses = {
+                                             "127.0.0.1"});
 
 // Writes `content` to `path` through a sibling temporary file, fsync and rename, with `mode`.
 // Throws SystemError.

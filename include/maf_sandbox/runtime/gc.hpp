@@ -30,7 +30,7 @@ struct GcOptions {
 struct GcReport {
     int examined = 0;
     int alive = 0;
-    int reclaimed = 0;          // dead records removed with their leftovers
+    int reclaimed = 0;            // dead records removed with their leftovers
     int orphan_dirs_removed = 0;  // sandbox directories without a record
     int failed = 0;
     std::vector<std::string> reclaimed_ids;

@@ -48,7 +48,7 @@ struct GuestWriteOptions {
 };
 
 class GuestFs {
-public:
+  public:
     // Takes ownership of `root` (O_PATH | O_DIRECTORY is enough; the runtime opens
     // /proc/<supervisor pid>/root).
     GuestFs(UniqueFd root, GuestOwner owner);
@@ -99,7 +99,7 @@ public:
     // throws InvalidArgument; a link among the ancestors ConfinementEscape.
     void remove(std::string_view guest_path, bool recursive) const;
 
-private:
+  private:
     UniqueFd root_;
     GuestOwner owner_;
 };

@@ -39,14 +39,14 @@ struct ReadOnlyBind {
 
 // Everything the runtime needs to build a sandbox's root from an image.
 struct MountPlan {
-    std::string image;                  // "name:tag"
-    std::filesystem::path lower_dir;    // the overlay's read-only lower layer
-    std::vector<ReadOnlyBind> ro_binds; // bind after mounting the overlay, in order
-    uid_t uid = 0;                      // the guest user, as ids inside the sandbox
+    std::string image;                   // "name:tag"
+    std::filesystem::path lower_dir;     // the overlay's read-only lower layer
+    std::vector<ReadOnlyBind> ro_binds;  // bind after mounting the overlay, in order
+    uid_t uid = 0;                       // the guest user, as ids inside the sandbox
     gid_t gid = 0;
-    std::string user_name;              // as the image names it ("" when only numeric)
+    std::string user_name;                   // as the image names it ("" when only numeric)
     std::map<std::string, std::string> env;  // the image's environment (PATH at least)
-    std::string workdir;                // the image's working directory ("" when unset)
+    std::string workdir;                     // the image's working directory ("" when unset)
 };
 
 struct ImageInfo {
@@ -66,7 +66,7 @@ inline constexpr gid_t kHostImageGid = 1000;
 inline constexpr const char* kHostImageUser = "sandbox";
 
 class ImageStore {
-public:
+  public:
     // Creates <state>/images when missing. Throws SystemError.
     explicit ImageStore(std::filesystem::path state_dir);
 
@@ -92,7 +92,7 @@ public:
     // list` ..." for an image that is not there.
     MountPlan resolve(std::string_view ref) const;
 
-private:
+  private:
     MountPlan resolve_host() const;
     std::filesystem::path image_dir(const ImageRef& ref) const;
 

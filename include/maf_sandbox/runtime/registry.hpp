@@ -86,7 +86,7 @@ bool lifecycle_expired(const SandboxRecord& record, Clock::time_point now);
 
 // A label selector: `k=v` requirements, all of which must match (AND).
 class LabelSelector {
-public:
+  public:
     LabelSelector() = default;  // matches everything
     explicit LabelSelector(std::map<std::string, std::string> requirements);
 
@@ -101,25 +101,25 @@ public:
     const std::map<std::string, std::string>& requirements() const noexcept { return required_; }
     bool empty() const noexcept { return required_.empty(); }
 
-private:
+  private:
     std::map<std::string, std::string> required_;
 };
 
 // An exclusive cross-process lock (flock) held until destruction.
 class KeyLock {
-public:
+  public:
     KeyLock() = default;
     explicit KeyLock(UniqueFd fd) noexcept : fd_(std::move(fd)) {}
     KeyLock(KeyLock&&) noexcept = default;
     KeyLock& operator=(KeyLock&&) noexcept = default;
     bool held() const noexcept { return fd_.valid(); }
 
-private:
+  private:
     UniqueFd fd_;  // closing the fd releases the flock
 };
 
 class Registry {
-public:
+  public:
     // Creates <state>/sandboxes and <state>/locks (mode 0700) when missing. Throws SystemError.
     explicit Registry(std::filesystem::path state_dir);
 
@@ -158,7 +158,7 @@ public:
     // As lock, but returns an unheld KeyLock instead of waiting.
     KeyLock try_lock(std::string_view key) const;
 
-private:
+  private:
     std::filesystem::path record_path(std::string_view id) const;
     void write_record(const SandboxRecord& record) const;
 

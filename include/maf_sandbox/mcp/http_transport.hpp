@@ -1,0 +1,47 @@
+// The MCP streamable HTTP transport at `/mcp` over the net layer's HttpServer: POST carries one
+// JSON-RPC message (a request is answered with application/json, or with text/event-stream when the
+// client accepts it and asked for progress), the Mcp-Session-Id header names the session created by
+// initialize, DELETE ends a session and disposes its sandboxes, GET is not offered (405).
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "maf_sandbox/core/sandbox.hpp"
+#include "maf_sandbox/mcp/server.hpp"
+
+namespace maf_sandbox::mcp {
+
+inline constexpr const char* kMcpPath = "/mcp";
+
+struct McpHttpOptions {
+    // Loopback by default: the endpoint runs code, so exposing it is the operator's explicit act.
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 0;  // 0 picks a free port
+};
+
+class McpHttpServer {
+public:
+    McpHttpServer(boost::asio::any_io_executor executor, McpServer& server,
+                  McpHttpOptions options = {});
+    ~McpHttpServer();
+    McpHttpServer(const McpHttpServer&) = delete;
+    McpHttpServer& operator=(const McpHttpServer&) = delete;
+
+    // Binds and listens; returns the port. Throws SystemError when the address cannot be bound.
+    std::uint16_t start();
+    std::uint16_t port() const;
+
+    // Ends every session (disposing its sandboxes), then stops the HTTP server. Idempotent.
+    Task<void> stop();
+
+    std::size_t session_count() const;
+
+private:
+    struct Impl;
+    std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace maf_sandbox::mcp

@@ -1,0 +1,211 @@
+#include "maf_sandbox/mcp/http_transport.hpp"
+
+#include <fmt/format.h>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <map>
+
+#include "maf_sandbox/net/http_server.hpp"
+
+// GCC 12 misreads Asio's recycling coroutine-frame allocator (aligned_new paired with the frame's
+// sized operator delete) as a mismatch once the frame's new is inlined: a known false positive.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace maf_sandbox::mcp {
+namespace {
+
+namespace json = boost::json;
+using net::HttpRequest;
+using net::HttpResponse;
+
+constexpr const char* kSessionHeader = "Mcp-Session-Id";
+constexpr const char* kVersionHeader = "MCP-Protocol-Version";
+
+HttpResponse json_response(int status, std::string body) {
+    HttpResponse response;
+    response.status = status;
+    response.headers.set("Content-Type", "application/json");
+    response.body = std::move(body);
+    return response;
+}
+
+HttpResponse rpc_error(int status, int code, std::string_view message,
+                       const json::value& id = nullptr) {
+    json::object error{{"code", code}, {"message", message}};
+    return json_response(
+        status, json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", id}, {"error", error}}));
+}
+
+HttpResponse plain(int status, std::string body) {
+    HttpResponse response;
+    response.status = status;
+    response.headers.set("Content-Type", "text/plain; charset=utf-8");
+    response.body = std::move(body);
+    return response;
+}
+
+// DNS rebinding: a browser page may only reach this endpoint from a loopback origin.
+bool origin_allowed(const std::optional<std::string>& origin) {
+    if (!origin || *origin == "null") {
+        return !origin.has_value();
+    }
+    try {
+        return net::is_loopback_host(net::parse_http_url(*origin).host);
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+}  // namespace
+
+struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
+    McpServer& server;
+    std::unique_ptr<net::HttpServer> http;
+    std::map<std::string, std::shared_ptr<McpSession>> sessions;
+    bool stopped = false;
+
+    explicit Impl(McpServer& mcp) : server(mcp) {}
+
+    Task<HttpResponse> handle(HttpRequest request) {
+        auto self = shared_from_this();
+        const auto path = request.target.substr(0, request.target.find('?'));
+        if (path != kMcpPath) {
+            co_return plain(404, fmt::format("Not found: the MCP endpoint is {}\n", kMcpPath));
+        }
+        if (!origin_allowed(request.headers.get("Origin"))) {
+            co_return plain(403, "Forbidden: requests from this origin are not accepted\n");
+        }
+        if (net::iequals(request.method, "POST")) {
+            co_return co_await post(std::move(request));
+        }
+        if (net::iequals(request.method, "DELETE")) {
+            co_return co_await end_session(request);
+        }
+        auto refused = plain(405, "Method not allowed: use POST, or DELETE to end a session\n");
+        refused.headers.set("Allow", "POST, DELETE");
+        co_return refused;
+    }
+
+    Task<HttpResponse> post(HttpRequest request) {
+        if (stopped) {
+            co_return rpc_error(503, -32000, "The server is shutting down");
+        }
+        if (auto version = request.headers.get(kVersionHeader)) {
+            const auto& versions = supported_protocol_versions();
+            if (std::find(versions.begin(), versions.end(), *version) == versions.end()) {
+                co_return rpc_error(400, -32600,
+                                    fmt::format("Bad Request: unsupported {} '{}'", kVersionHeader,
+                                                version->substr(0, 40)));
+            }
+        }
+        boost::system::error_code parse_error;
+        const auto message = json::parse(request.body, parse_error);
+        if (parse_error) {
+            co_return rpc_error(400, -32700, "Parse error: the body is not valid JSON");
+        }
+        const auto* object = message.if_object();
+        const bool is_request = object && object->if_contains("id") && object->if_contains("method");
+        const bool is_initialize = is_request && object->at("method").is_string() &&
+                                   object->at("method").get_string() == "initialize";
+        const auto session_id = request.headers.get(kSessionHeader);
+
+        std::shared_ptr<McpSession> session;
+        bool fresh = false;
+        if (is_initialize && !session_id) {
+            session = server.open_session();
+            fresh = true;
+        } else if (!session_id) {
+            co_return rpc_error(400, -32000,
+                                fmt::format("Bad Request: the {} header is required; send "
+                                            "initialize first to start a session",
+                                            kSessionHeader));
+        } else {
+            auto it = sessions.find(*session_id);
+            if (it == sessions.end()) {
+                co_return rpc_error(404, -32001,
+                                    "Session not found: it ended or never existed; initialize "
+                                    "a new session");
+            }
+            session = it->second;
+        }
+
+        auto reply = co_await session->handle(std::move(request.body));
+        if (fresh) {
+            const bool accepted = reply && json::parse(*reply).as_object().contains("result");
+            if (!accepted) {
+                co_await session->close();
+                co_return json_response(400, reply.value_or("{}"));
+            }
+            sessions[session->id()] = session;
+        }
+        HttpResponse response;
+        if (reply) {
+            response = json_response(200, std::move(*reply));
+        } else if (is_request) {
+            // The request was cancelled: the protocol sends no result, HTTP still needs an answer.
+            response = rpc_error(200, -32800, "Request cancelled", object->at("id"));
+        } else {
+            response.status = 202;
+        }
+        response.headers.set(kSessionHeader, session->id());
+        co_return response;
+    }
+
+    Task<HttpResponse> end_session(const HttpRequest& request) {
+        const auto session_id = request.headers.get(kSessionHeader);
+        if (!session_id) {
+            co_return plain(400, fmt::format("Bad Request: the {} header is required\n",
+                                             kSessionHeader));
+        }
+        auto it = sessions.find(*session_id);
+        if (it == sessions.end()) {
+            co_return plain(404, "Session not found\n");
+        }
+        auto session = it->second;
+        sessions.erase(it);
+        co_await session->close();
+        co_return plain(200, "");
+    }
+};
+
+McpHttpServer::McpHttpServer(boost::asio::any_io_executor executor, McpServer& server,
+                             McpHttpOptions options)
+    : impl_(std::make_shared<Impl>(server)) {
+    net::HttpServerOptions http_options;
+    http_options.host = options.host;
+    http_options.port = options.port;
+    std::weak_ptr<Impl> weak = impl_;
+    impl_->http = std::make_unique<net::HttpServer>(
+        std::move(executor), http_options, [weak](HttpRequest request) -> Task<HttpResponse> {
+            auto impl = weak.lock();
+            if (!impl) {
+                co_return plain(503, "The server is shutting down\n");
+            }
+            co_return co_await impl->handle(std::move(request));
+        });
+}
+
+McpHttpServer::~McpHttpServer() = default;
+
+std::uint16_t McpHttpServer::start() { return impl_->http->start(); }
+std::uint16_t McpHttpServer::port() const { return impl_->http->port(); }
+std::size_t McpHttpServer::session_count() const { return impl_->sessions.size(); }
+
+Task<void> McpHttpServer::stop() {
+    auto impl = impl_;
+    if (impl->stopped) {
+        co_return;
+    }
+    impl->stopped = true;
+    auto sessions = std::move(impl->sessions);
+    impl->sessions.clear();
+    for (auto& [id, session] : sessions) {
+        co_await session->close();
+    }
+    co_await impl->http->stop(Seconds{1.0});
+}
+
+}  // namespace maf_sandbox::mcp
