@@ -47,7 +47,7 @@ bool needs_storage(const SandboxSpec& spec) {
     return false;
 }
 
-bool requires(const SandboxSpec& spec, Capability c) { return spec->requires_capabilities.count(c) > 0; }
+bool needs(const SandboxSpec& spec, Capability c) { return spec->requires_capabilities.count(c) > 0; }
 
 // The labels a key's sandbox of one kind is found by (no spec extras, no acquire nonce).
 std::map<std::string, std::string> key_selector(const SandboxKey& key,
@@ -132,7 +132,9 @@ std::size_t AcasBackend::requests_sent() const {
 
 Task<void> AcasBackend::discover() {
     State::Operation operation(state_);
-    auto binding = co_await state_->resolve({AcasOperation::acquire, "", "", std::nullopt});
+    AcasCredentialRequest request;
+    request.operation = AcasOperation::acquire;
+    auto binding = co_await state_->resolve(std::move(request));
     auto lease = co_await state_->lease(binding);
     co_await lease->list_prebuilt_images(deadline_after(state_->config.client_wait));
 }
@@ -261,8 +263,8 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
         throw SandboxEgressNotEnforced(
             "the ACAS backend serves only closed and allowlist egress; name the hosts to allow");
     }
-    if (requires(spec, Capability::attached_identity) || requires(spec, Capability::run_code) ||
-        requires(spec, Capability::snapshot) || requires(spec, Capability::reclaim)) {
+    if (needs(spec, Capability::attached_identity) || needs(spec, Capability::run_code) ||
+        needs(spec, Capability::snapshot) || needs(spec, Capability::reclaim)) {
         throw SandboxCapabilityNotSupported(
             "the ACAS backend does not offer attached_identity, run_code, snapshot or reclaim");
     }
@@ -273,7 +275,12 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
     const SlotKey slot{key, spec->kind};
     auto guard = co_await state->lock_for(slot)->lock();
 
-    auto binding = co_await state->resolve({AcasOperation::acquire, key.scope, key.thread_id, key});
+    AcasCredentialRequest credential_request;
+    credential_request.operation = AcasOperation::acquire;
+    credential_request.scope = key.scope;
+    credential_request.thread_id = key.thread_id;
+    credential_request.key = key;
+    auto binding = co_await state->resolve(std::move(credential_request));
     auto lease = co_await state->lease(binding);
     auto& client = lease.client();
 
@@ -412,9 +419,11 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
             // Found by the acquire nonce: also reaches a sandbox whose create answer was lost.
             std::set<std::string> ids;
             if (held) ids.insert(held->id);
+            std::map<std::string, std::string> nonce_selector;
+            nonce_selector[kAcquireLabel] = nonce;
             try {
                 for (const auto& info : co_await client.list_sandboxes(
-                         {{kAcquireLabel, nonce}}, deadline_after(Seconds{30.0}))) {
+                         nonce_selector, deadline_after(Seconds{30.0}))) {
                     ids.insert(info.id);
                 }
             } catch (const std::exception& e) {
@@ -478,7 +487,12 @@ Task<std::optional<DisposalFailure>> AcasBackend::dispose(SandboxKey key, std::o
         }
     }
     try {
-        auto binding = co_await state->resolve({AcasOperation::dispose, key.scope, key.thread_id, key});
+        AcasCredentialRequest credential_request;
+        credential_request.operation = AcasOperation::dispose;
+        credential_request.scope = key.scope;
+        credential_request.thread_id = key.thread_id;
+        credential_request.key = key;
+        auto binding = co_await state->resolve(std::move(credential_request));
         auto lease = co_await state->lease(binding);
         try {
             for (const auto& info : co_await lease->list_sandboxes(key_selector(key, kind),
@@ -547,7 +561,11 @@ Task<ScopePurge> AcasBackend::dispose_scope(std::string scope, std::string threa
     ScopePurge purge;
     std::vector<std::optional<DisposalFailure>> failures;
     try {
-        auto binding = co_await state->resolve({AcasOperation::dispose_scope, scope, thread_id, std::nullopt});
+        AcasCredentialRequest credential_request;
+        credential_request.operation = AcasOperation::dispose_scope;
+        credential_request.scope = scope;
+        credential_request.thread_id = thread_id;
+        auto binding = co_await state->resolve(std::move(credential_request));
         auto lease = co_await state->lease(binding);
         try {
             for (const auto& info : co_await lease->list_sandboxes(scope_selector(scope, thread_id),

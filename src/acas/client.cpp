@@ -197,7 +197,8 @@ Task<net::HttpResponse> AcasClient::Impl::send(std::string method, std::string u
             throw Timeout(fmt::format("the ACAS request {} did not finish before its deadline",
                                       method));
         }
-        auto token = co_await options.credential->get_token({std::string(azure::kDataPlaneScope)});
+        std::vector<std::string> scopes(1, std::string(azure::kDataPlaneScope));
+        auto token = co_await options.credential->get_token(std::move(scopes));
         net::HttpRequest request;
         request.method = method;
         request.target = url;

@@ -283,8 +283,10 @@ Task<bool> AcasClient::delete_file(std::string id, std::string path, bool recurs
 Task<void> AcasClient::mkdir(std::string id, std::string path, Deadline deadline) {
     require_path_segment(id, "the sandbox id");
     // mkdir is `mkdir -p`: repeating it is harmless.
+    json::object body;
+    body["path"] = path;
     auto response = co_await impl_->send("POST", url("/sandboxes/" + id + "/files/mkdir"),
-                                         json::serialize(json::object{{"path", path}}),
+                                         json::serialize(body),
                                          "application/json", Replay::idempotent, deadline);
     if (response.status >= 300) raise_status(response, "create a directory");
 }

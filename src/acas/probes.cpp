@@ -22,7 +22,7 @@ std::string random_hex() {
     return out;
 }
 
-bool requires(const SandboxSpec& spec, Capability c) { return spec->requires_capabilities.count(c) > 0; }
+bool needs(const SandboxSpec& spec, Capability c) { return spec->requires_capabilities.count(c) > 0; }
 
 NoFollowStat stat_through(AcasClient& client, const std::string& id, Deadline deadline) {
     return [&client, id, deadline](std::string path) -> Task<std::optional<SandboxEntry>> {
@@ -76,11 +76,11 @@ Task<std::optional<bool>> removal_probe(AcasClient& client, const std::string& i
 Task<void> run_acquire_probes(AcasBackend::State& state, AcasClient& client,
                               std::shared_ptr<HeldSandbox> held, const SandboxSpec& spec,
                               Deadline deadline) {
-    const bool exec_like = requires(spec, Capability::exec) || requires(spec, Capability::host_tools) ||
-                           requires(spec, Capability::files_in);
-    const bool needs_removal = requires(spec, Capability::exec) || requires(spec, Capability::files_out) ||
-                               requires(spec, Capability::host_tools) ||
-                               requires(spec, Capability::files_delete);
+    const bool exec_like = needs(spec, Capability::exec) || needs(spec, Capability::host_tools) ||
+                           needs(spec, Capability::files_in);
+    const bool needs_removal = needs(spec, Capability::exec) || needs(spec, Capability::files_out) ||
+                               needs(spec, Capability::host_tools) ||
+                               needs(spec, Capability::files_delete);
     bool capture_ok, host_tools_ok, removal_probed;
     {
         std::lock_guard lock(held->probe_mutex);
@@ -120,7 +120,7 @@ Task<void> run_acquire_probes(AcasBackend::State& state, AcasClient& client,
         std::lock_guard lock(held->probe_mutex);
         held->capture_ok = true;
     }
-    if (requires(spec, Capability::host_tools) && !host_tools_ok) {
+    if (needs(spec, Capability::host_tools) && !host_tools_ok) {
         const auto missing = shell_quote("/tmp/.maf-missing-" + random_hex());
         const auto script = fmt::format(
             "mkdir -p / || exit 11; mv -f {m} {m}-to 2>/dev/null; [ \"$?\" -eq 1 ] || exit 12; "
@@ -148,7 +148,7 @@ Task<void> run_acquire_probes(AcasBackend::State& state, AcasClient& client,
             held->removal_verdict = verdict;
         }
         if (verdict == false) {
-            if (requires(spec, Capability::files_out) || requires(spec, Capability::host_tools)) {
+            if (needs(spec, Capability::files_out) || needs(spec, Capability::host_tools)) {
                 throw SandboxCapabilityNotSupported(
                     "the guest could not remove a probe file the file plane wrote (a non-root image "
                     "beside root-owned files); files_out and host_tools are withdrawn for it");
@@ -157,7 +157,7 @@ Task<void> run_acquire_probes(AcasBackend::State& state, AcasClient& client,
                             "workloads continue",
                             held->id);
         }
-        if (verdict != true && requires(spec, Capability::files_delete)) {
+        if (verdict != true && needs(spec, Capability::files_delete)) {
             throw SandboxCapabilityNotSupported(
                 "files_delete needs an observed guest removal and the probe did not observe one");
         }

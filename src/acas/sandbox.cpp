@@ -82,7 +82,7 @@ Task<void> AcasSandbox::reclaim(std::string, std::string, Seconds) {
 }
 
 Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
-    State::Operation operation(state_);
+    AcasBackend::State::Operation operation(state_);
     require_usable();
     const auto line = command_line(request);
     const auto working_directory = resolve_working_directory(request.working_directory, held_->base);
@@ -181,7 +181,7 @@ Task<std::optional<SandboxEntry>> AcasSandbox::raw_stat(std::string absolute_pat
 
 Task<void> AcasSandbox::write_file(std::string path, std::string content,
                                    std::string working_directory) {
-    State::Operation operation(state_);
+    AcasBackend::State::Operation operation(state_);
     require_usable();
     const auto wd = resolve_working_directory(working_directory, held_->base);
     const auto deadline = deadline_after(state_->config.read_timeout);
@@ -194,7 +194,7 @@ Task<void> AcasSandbox::write_file(std::string path, std::string content,
 
 Task<std::optional<SandboxEntry>> AcasSandbox::stat_file(std::string path,
                                                          std::string working_directory) {
-    State::Operation operation(state_);
+    AcasBackend::State::Operation operation(state_);
     require_usable();
     const auto wd = resolve_working_directory(working_directory, held_->base);
     const auto absolute = confine_guest_path(path, wd);
@@ -209,7 +209,7 @@ Task<std::optional<SandboxEntry>> AcasSandbox::stat_file(std::string path,
 
 Task<std::string> AcasSandbox::read_file(std::string path, std::string working_directory,
                                          std::uint64_t max_bytes) {
-    State::Operation operation(state_);
+    AcasBackend::State::Operation operation(state_);
     require_usable();
     const auto wd = resolve_working_directory(working_directory, held_->base);
     const auto absolute = confine_guest_path(path, wd);
@@ -249,7 +249,7 @@ Task<std::string> AcasSandbox::read_file(std::string path, std::string working_d
 }
 
 Task<std::vector<SandboxEntry>> AcasSandbox::list_dir(std::string path, std::string working_directory) {
-    State::Operation operation(state_);
+    AcasBackend::State::Operation operation(state_);
     require_usable();
     const auto wd = resolve_working_directory(working_directory, held_->base);
     const auto absolute = confine_guest_path(path, wd);
@@ -290,7 +290,7 @@ Task<std::vector<SandboxEntry>> AcasSandbox::list_dir(std::string path, std::str
 }
 
 Task<void> AcasSandbox::remove(std::string path, std::string working_directory, bool recursive) {
-    State::Operation operation(state_);
+    AcasBackend::State::Operation operation(state_);
     require_usable();
     const auto wd = resolve_working_directory(working_directory, held_->base);
     const auto absolute = confine_guest_path(path, wd);

@@ -77,6 +77,8 @@ public:
                 std::exception_ptr failure;
                 try {
                     auto token = co_await inner_->get_token(scopes);
+                    // Fixed once, at arrival: a refresh point recomputed on every call would drift.
+                    token.refresh_on = refresh_point(token);
                     std::lock_guard lock(mutex_);
                     auto& slot = slots_[key];
                     slot.token = token;

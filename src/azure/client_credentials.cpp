@@ -35,13 +35,13 @@ public:
           http_(detail::make_token_client(std::move(executor), options_)) {}
     std::string_view name() const override { return "ClientSecretCredential"; }
     Task<AccessToken> get_token(std::vector<std::string> scopes) override {
-        co_return co_await detail::request_entra_token(
-            *http_, options_, tenant_,
-            {{"grant_type", "client_credentials"},
-             {"client_id", client_},
-             {"client_secret", secret_},
-             {"scope", scope_field(scopes)}},
-            name());
+        std::map<std::string, std::string> fields;
+        fields["grant_type"] = "client_credentials";
+        fields["client_id"] = client_;
+        fields["client_secret"] = secret_;
+        fields["scope"] = scope_field(scopes);
+        co_return co_await detail::request_entra_token(*http_, options_, tenant_, std::move(fields),
+                                                       name());
     }
 
 private:
@@ -63,14 +63,14 @@ public:
     Task<AccessToken> get_token(std::vector<std::string> scopes) override {
         const auto audience =
             fmt::format("{}/{}/oauth2/v2.0/token", detail::authority_host(options_), tenant_);
-        co_return co_await detail::request_entra_token(
-            *http_, options_, tenant_,
-            {{"grant_type", "client_credentials"},
-             {"client_id", client_},
-             {"client_assertion_type", kAssertionType},
-             {"client_assertion", signer_.assertion(client_, audience)},
-             {"scope", scope_field(scopes)}},
-            name());
+        std::map<std::string, std::string> fields;
+        fields["grant_type"] = "client_credentials";
+        fields["client_id"] = client_;
+        fields["client_assertion_type"] = kAssertionType;
+        fields["client_assertion"] = signer_.assertion(client_, audience);
+        fields["scope"] = scope_field(scopes);
+        co_return co_await detail::request_entra_token(*http_, options_, tenant_, std::move(fields),
+                                                       name());
     }
 
 private:
@@ -144,14 +144,14 @@ public:
                 "the projected service account token",
                 *file));
         }
-        co_return co_await detail::request_entra_token(
-            *http_, options_, *tenant,
-            {{"grant_type", "client_credentials"},
-             {"client_id", *client},
-             {"client_assertion_type", kAssertionType},
-             {"client_assertion", assertion},
-             {"scope", scope_field(scopes)}},
-            name());
+        std::map<std::string, std::string> fields;
+        fields["grant_type"] = "client_credentials";
+        fields["client_id"] = *client;
+        fields["client_assertion_type"] = kAssertionType;
+        fields["client_assertion"] = assertion;
+        fields["scope"] = scope_field(scopes);
+        co_return co_await detail::request_entra_token(*http_, options_, *tenant, std::move(fields),
+                                                       name());
     }
 
 private:

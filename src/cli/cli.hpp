@@ -26,5 +26,7 @@ struct Context {
 void add_check_command(CLI::App& app, Context& context);
 void add_conformance_command(CLI::App& app, Context& context);
 void add_images_command(CLI::App& app, Context& context);
+void add_local_commands(CLI::App& app, Context& context);  // run exec ls rm purge gc
+void add_mcp_command(CLI::App& app, Context& context);
 
 }  // namespace maf_sandbox::cli

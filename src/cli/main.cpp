@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
     cli::add_check_command(app, context);
     cli::add_conformance_command(app, context);
     cli::add_images_command(app, context);
+    cli::add_local_commands(app, context);
+    cli::add_mcp_command(app, context);
 
     try {
         app.parse(argc, argv);

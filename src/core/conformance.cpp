@@ -411,11 +411,6 @@ Task<std::vector<ProbeResult>> run_declared_suites(ConformanceSubject& subject,
         append(skipped_suite(kFilesInSuite, files_in_probes(),
                              undeclared(Capability::files_in, kFilesInSuite)));
     }
-    if (declarations.declares(Capability::exec)) {
-        append(co_await run_exec_conformance(subject));
-    } else {
-        append(skipped_suite(kExecSuite, exec_probes(), undeclared(Capability::exec, kExecSuite)));
-    }
     if (declarations.declares(Capability::files_delete)) {
         append(co_await run_files_delete_conformance(subject));
     } else {
@@ -433,6 +428,12 @@ Task<std::vector<ProbeResult>> run_declared_suites(ConformanceSubject& subject,
                              "no allowed and denied URLs were given to probe egress with"));
     } else {
         append(co_await run_egress_conformance(subject, std::move(*egress_urls)));
+    }
+    // Last: its final probe times out, and a backend may discard the sandbox on a timeout.
+    if (declarations.declares(Capability::exec)) {
+        append(co_await run_exec_conformance(subject));
+    } else {
+        append(skipped_suite(kExecSuite, exec_probes(), undeclared(Capability::exec, kExecSuite)));
     }
     co_return all;
 }

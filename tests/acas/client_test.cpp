@@ -223,7 +223,7 @@ TEST(AcasClient, FollowsASameHostNextLinkAndRefusesAForeignOne) {
     ASSERT_EQ(listed.size(), 2u);
     EXPECT_NE(fake.requests()[0].target.find("labels=scope%3Ds"), std::string::npos);
 
-    for (const std::string foreign : {"https://evil.example.com/next", "http://127.0.0.1:1/next"}) {
+    for (const std::string& foreign : std::vector<std::string>{"https://evil.example.com/next", "http://127.0.0.1:1/next"}) {
         Fake other([foreign](const net::HttpRequest&, int) {
             return answer(200, R"({"value":[],"nextLink":")" + foreign + R"("})");
         });
@@ -288,7 +288,7 @@ TEST(AcasClient, RefusesEndpointsAndIdsThatCannotAddressTheServiceSafely) {
     o.endpoint = "https://management.eastus.azuredevcompute.io/";
     EXPECT_THROW(AcasClient(io.get_executor(), o), InvalidArgument);
     o.endpoint = "https://management.eastus.azuredevcompute.io";
-    for (const std::string bad : {"", "a/b", "a\\b", "..", std::string("a\0b", 3)}) {
+    for (const std::string& bad : std::vector<std::string>{"", "a/b", "a\\b", "..", std::string("a\0b", 3)}) {
         o.sandbox_group = bad;
         EXPECT_THROW(AcasClient(io.get_executor(), o), InvalidArgument) << bad;
     }

@@ -178,7 +178,8 @@ Task<std::vector<ProbeResult>> assert_egress_conformance(ConformanceSubject& sub
 // that implements removal without declaring it.
 Task<std::vector<ProbeResult>> measure_files_delete_probes(ConformanceSubject& subject);
 
-// Runs every suite in order (FILES_OUT, FILES_IN, EXEC, FILES_DELETE, EGRESS). A suite whose gate
+// Runs every suite in order FILES_OUT, FILES_IN, FILES_DELETE, EGRESS, EXEC (EXEC last because its
+// timeout probe may cost the sandbox on backends that discard one on timeout). A suite whose gate
 // `declarations` do not declare is reported probe by probe as skipped; so is EGRESS when no URLs
 // are given or the backend does not enforce allowlist egress.
 Task<std::vector<ProbeResult>> run_declared_suites(ConformanceSubject& subject,

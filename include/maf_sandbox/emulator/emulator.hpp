@@ -1,0 +1,81 @@
+// acas-emulator: the ACAS data-plane REST API (docs/emulator.md) served over HTTPS on top of the
+// local sandbox runtime, so the ACAS backend runs end to end on one machine.
+//
+// Every answer carries `x-acas-emulator: <version>; isolation=<rung>` naming the isolation the
+// runtime really provides, so no client can mistake it for the microVM service.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "maf_sandbox/core/sandbox.hpp"
+#include "maf_sandbox/core/types.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace maf_sandbox::emulator {
+
+inline constexpr const char* kEmulatorVersion = "0.1.0";
+inline constexpr const char* kApiVersion = "2026-02-01-preview";
+inline constexpr const char* kPagingApiVersion = "2026-09-01-preview";
+
+// Fault injection for tests; every rate is a probability in [0, 1] applied per data-plane request.
+struct FaultOptions {
+    double rate_429 = 0.0;        // answered 429 with Retry-After: 1
+    std::uint64_t first_403 = 0;  // the first N data-plane requests answered 403 (RBAC window)
+    double rate_5xx = 0.0;        // answered 503
+    std::uint64_t latency_ms = 0;
+    std::uint64_t create_delay_ms = 0;  // extra time a new sandbox spends in Creating
+    double drop_rate = 0.0;             // handled, then the connection closed mid-response
+    std::uint64_t seed = 0;             // 0: random
+};
+
+struct EmulatorOptions {
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 0;
+    std::filesystem::path state_dir;
+    // TLS: a certificate and key, or a self-signed pair (CA written to <state_dir>/ca.pem). Both
+    // unset with plain_http false means self-signed.
+    std::optional<std::filesystem::path> tls_cert;
+    std::optional<std::filesystem::path> tls_key;
+    bool plain_http = false;  // tests of the HTTP layer only; the Azure SDKs refuse http
+    std::optional<std::string> token;  // when set, only this bearer token is accepted
+    std::map<std::string, std::string> aliases;  // catalogue name -> local image ("host", ...)
+    FaultOptions faults;
+    std::size_t default_page_size = 100;
+    std::size_t worker_threads = 16;  // blocking runtime work (launch, exec, files)
+};
+
+// One emulator instance on an io_context. start() binds and starts serving; stop() is graceful.
+class Emulator {
+public:
+    Emulator(boost::asio::any_io_executor executor, EmulatorOptions options,
+             std::shared_ptr<spdlog::logger> logger);
+    ~Emulator();
+    Emulator(const Emulator&) = delete;
+    Emulator& operator=(const Emulator&) = delete;
+
+    // Loads the state, reattaches sandboxes, binds; returns the port. Throws Error on failure.
+    std::uint16_t start();
+    // "https://127.0.0.1:PORT" (or http://).
+    std::string base_url() const;
+    // Stops accepting, finishes in-flight requests (bounded), persists the state. Sandboxes keep
+    // running.
+    Task<void> stop(Seconds grace);
+
+private:
+    struct Impl;
+    std::shared_ptr<Impl> impl_;
+};
+
+// The `acas-emulator` command line: `serve ...` and `images add ARCHIVE --ref REF`.
+int emulator_main(int argc, char** argv);
+
+}  // namespace maf_sandbox::emulator

@@ -1,0 +1,387 @@
+// `maf-sandbox mcp`: the kinds (execute_code, run_shell) as an MCP server over stdio, or over
+// streamable HTTP at /mcp with --http. Backend and policy come from a JSON config file and flags
+// (flags win); every call goes through a SandboxRouter.
+#include <fmt/format.h>
+#include <spdlog/logger.h>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json/parse.hpp>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends.hpp"
+#include "cli.hpp"
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/in_process.hpp"
+#include "maf_sandbox/core/outputs.hpp"
+#include "maf_sandbox/core/router.hpp"
+#include "maf_sandbox/kinds/codeact.hpp"
+#include "maf_sandbox/kinds/shell.hpp"
+#include "maf_sandbox/mcp/http_transport.hpp"
+#include "maf_sandbox/mcp/server.hpp"
+#include "maf_sandbox/mcp/stdio_transport.hpp"
+
+// GCC 12 misreads Asio's recycling coroutine-frame allocator (aligned_new paired with the frame's
+// sized operator delete) as a mismatch once the frame's new is inlined: a known false positive.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace maf_sandbox::cli {
+namespace {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+constexpr const char* kDefaultBackend = "local";
+constexpr const char* kInProcessBackend = "in-process";
+
+// Everything the command can be told, from the config file and then the flags. Unset means "not
+// said", so the defaults below apply only to what nobody said.
+struct McpOptions {
+    std::optional<std::string> http;
+    std::optional<std::string> backend;
+    std::optional<std::string> floor;
+    std::optional<std::string> image;
+    std::optional<std::string> egress;
+    std::vector<std::string> allow;
+    std::optional<std::string> files;
+    std::optional<std::string> out_dir;
+    std::vector<std::string> outputs;
+    std::optional<double> timeout;
+    std::optional<std::uint64_t> max_output;
+    std::optional<std::string> scope;
+    std::optional<std::string> work_dir;
+};
+
+std::string read_text_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        throw InvalidArgument(fmt::format("option '--config': cannot read '{}': {}", path,
+                                          std::strerror(errno)));
+    }
+    std::ostringstream content;
+    content << in.rdbuf();
+    return content.str();
+}
+
+std::string config_string(const json::value& value, std::string_view field) {
+    if (!value.is_string()) {
+        throw InvalidArgument(fmt::format("config field '{}' must be a string", field));
+    }
+    return std::string(value.get_string());
+}
+
+std::vector<std::string> config_strings(const json::value& value, std::string_view field) {
+    if (!value.is_array()) {
+        throw InvalidArgument(fmt::format("config field '{}' must be a list of strings", field));
+    }
+    std::vector<std::string> items;
+    for (const auto& item : value.get_array()) {
+        items.push_back(config_string(item, field));
+    }
+    return items;
+}
+
+// The config file: a JSON object whose fields are the flags' long names (with `-` as `_`).
+McpOptions read_config(const std::string& path) {
+    boost::system::error_code error;
+    auto parsed = json::parse(read_text_file(path), error);
+    if (error || !parsed.is_object()) {
+        throw InvalidArgument(
+            fmt::format("config '{}' is not a JSON object; see `maf-sandbox mcp --help`", path));
+    }
+    McpOptions options;
+    for (const auto& [key, value] : parsed.get_object()) {
+        const std::string field(key);
+        if (field == "http") {
+            options.http = config_string(value, field);
+        } else if (field == "backend") {
+            options.backend = config_string(value, field);
+        } else if (field == "floor") {
+            options.floor = config_string(value, field);
+        } else if (field == "image") {
+            options.image = config_string(value, field);
+        } else if (field == "egress") {
+            options.egress = config_string(value, field);
+        } else if (field == "allow") {
+            options.allow = config_strings(value, field);
+        } else if (field == "files") {
+            options.files = config_string(value, field);
+        } else if (field == "out_dir") {
+            options.out_dir = config_string(value, field);
+        } else if (field == "outputs") {
+            options.outputs = config_strings(value, field);
+        } else if (field == "scope") {
+            options.scope = config_string(value, field);
+        } else if (field == "work_dir") {
+            options.work_dir = config_string(value, field);
+        } else if (field == "timeout") {
+            if (!value.is_number()) {
+                throw InvalidArgument("config field 'timeout' must be a number of seconds");
+            }
+            options.timeout = value.to_number<double>();
+        } else if (field == "max_output") {
+            if (!value.is_int64() && !value.is_uint64()) {
+                throw InvalidArgument("config field 'max_output' must be a whole number of bytes");
+            }
+            options.max_output = value.to_number<std::uint64_t>();
+        } else {
+            throw InvalidArgument(fmt::format(
+                "config field '{}' is unknown; use the flags' long names, e.g. backend, floor, "
+                "image, egress, allow, files, out_dir, outputs, timeout, max_output, scope",
+                field.substr(0, 60)));
+        }
+    }
+    return options;
+}
+
+// Flags override the file; lists given as flags replace the file's lists.
+McpOptions merge(McpOptions file, const McpOptions& flags) {
+    auto take = [](auto& into, const auto& from) {
+        if (from) {
+            into = from;
+        }
+    };
+    take(file.http, flags.http);
+    take(file.backend, flags.backend);
+    take(file.floor, flags.floor);
+    take(file.image, flags.image);
+    take(file.egress, flags.egress);
+    take(file.files, flags.files);
+    take(file.out_dir, flags.out_dir);
+    take(file.timeout, flags.timeout);
+    take(file.max_output, flags.max_output);
+    take(file.scope, flags.scope);
+    take(file.work_dir, flags.work_dir);
+    if (!flags.allow.empty()) {
+        file.allow = flags.allow;
+    }
+    if (!flags.outputs.empty()) {
+        file.outputs = flags.outputs;
+    }
+    return file;
+}
+
+bool nothing_said(const McpOptions& options) {
+    return !options.http && !options.backend && !options.floor && !options.image &&
+           !options.egress && options.allow.empty() && !options.files && !options.out_dir &&
+           options.outputs.empty() && !options.timeout && !options.max_output && !options.scope &&
+           !options.work_dir;
+}
+
+std::pair<std::string, std::uint16_t> parse_listen(const std::string& text) {
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+        throw InvalidArgument(
+            fmt::format("option '--http': '{}' is not HOST:PORT; e.g. 127.0.0.1:8080", text));
+    }
+    auto host = text.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);
+    }
+    int port = 0;
+    try {
+        std::size_t used = 0;
+        port = std::stoi(text.substr(colon + 1), &used);
+        if (used != text.size() - colon - 1) {
+            port = -1;
+        }
+    } catch (const std::exception&) {
+        port = -1;
+    }
+    if (port < 0 || port > 65535) {
+        throw InvalidArgument(
+            fmt::format("option '--http': '{}' has no valid port (0-65535)", text));
+    }
+    return {host, static_cast<std::uint16_t>(port)};
+}
+
+// The in-process fake scripts exec instead of running anything; for the MCP server it declares
+// exec so the protocol path can be exercised end to end without a real sandbox.
+std::shared_ptr<SandboxBackend> backend_named(const std::string& name) {
+    if (name == kInProcessBackend) {
+        InProcessBackendOptions options;
+        options.declarations.capabilities.insert(Capability::exec);
+        InProcessSandboxOptions sandbox;
+        sandbox.default_stdout =
+            "(in-process backend: nothing was executed; use --backend local to run code)\n";
+        return std::make_shared<InProcessSandboxBackend>(
+            std::make_shared<InProcessSandbox>(std::move(sandbox)), std::move(options));
+    }
+    return make_backend(name);
+}
+
+struct Service {
+    std::shared_ptr<SandboxRouter> router;
+    std::unique_ptr<mcp::McpServer> server;
+};
+
+Service build_service(const McpOptions& options, Context& context) {
+    const bool defaults = nothing_said(options);
+    const auto backend_name = options.backend.value_or(kDefaultBackend);
+    Isolation floor = Isolation::microvm;
+    if (options.floor) {
+        try {
+            floor = parse_isolation(*options.floor);
+        } catch (const InvalidArgument& e) {
+            throw InvalidArgument(fmt::format("option '--floor': {}", e.what()));
+        }
+    } else if (backend_name == kDefaultBackend) {
+        // The one place a default lowers the floor: whoever starts a local MCP server without
+        // saying otherwise has chosen local isolation.
+        floor = Isolation::container;
+        context.log->warn(
+            "{}serving the local backend with the isolation floor lowered to container (the "
+            "default is microvm); pass --floor to change it",
+            defaults ? "no config and no flags: " : "");
+    }
+
+    kinds::SandboxSettings settings;
+    settings.image = options.image;
+    settings.work_dir = options.work_dir;
+    if (options.egress && *options.egress != "closed" && *options.egress != "allowlist") {
+        throw InvalidArgument(fmt::format(
+            "option '--egress': '{}' is not offered; use closed or allowlist (a kind never asks "
+            "for unrestricted egress)",
+            *options.egress));
+    }
+    if (options.egress == std::optional<std::string>("allowlist") && options.allow.empty()) {
+        throw InvalidArgument("option '--egress allowlist' needs at least one --allow HOST");
+    }
+    if (options.egress == std::optional<std::string>("closed") && !options.allow.empty()) {
+        throw InvalidArgument("option '--allow' contradicts '--egress closed'; drop one of them");
+    }
+    settings.egress_allow = options.allow;
+    if (options.timeout) {
+        settings.timeout = Seconds{*options.timeout};
+    }
+    if (options.max_output) {
+        settings.max_output_bytes = *options.max_output;
+    }
+
+    kinds::CodeActConfig codeact_config;
+    codeact_config.sandbox = settings;
+    for (const auto& name : options.outputs) {
+        DeclaredOutput output;
+        output.path = name;
+        // A program that does not write a declared output is not an error at this front end.
+        output.required = false;
+        codeact_config.outputs.push_back(std::move(output));
+    }
+    if (!options.outputs.empty() && !options.out_dir) {
+        throw InvalidArgument("option '--output' needs --out-dir DIR to land the files in");
+    }
+    std::optional<OutputSink> sink;
+    if (options.out_dir) {
+        std::filesystem::create_directories(*options.out_dir);
+        sink = make_file_system_sink(*options.out_dir);
+    }
+    auto store = options.files ? std::make_shared<kinds::FileStore>(*options.files)
+                               : std::make_shared<kinds::FileStore>();
+
+    SandboxRouterOptions router_options;
+    router_options.min_isolation = floor;
+    router_options.log = context.log;
+    Service service;
+    service.router = std::make_shared<SandboxRouter>(
+        std::vector<std::shared_ptr<SandboxBackend>>{backend_named(backend_name)},
+        router_options);
+    auto codeact = std::make_shared<kinds::CodeActTool>(service.router, codeact_config, store,
+                                                        std::move(sink), context.log);
+    auto shell = std::make_shared<kinds::ShellTool>(service.router, kinds::ShellConfig{settings},
+                                                    context.log);
+    mcp::McpServerConfig config;
+    config.server_version = MAF_SANDBOX_VERSION;
+    if (options.scope) {
+        config.scope = *options.scope;
+    }
+    service.server = std::make_unique<mcp::McpServer>(config, service.router, std::move(codeact),
+                                                      std::move(shell), context.log);
+    const auto& backend = service.router->backend();
+    context.log->info("backend {} (isolation {}), floor {}, egress {}", backend->name(),
+                      to_string(backend->isolation()), to_string(floor),
+                      settings.egress_allow.empty() ? "closed" : "allowlist");
+    return service;
+}
+
+Task<void> serve_http_until_signal(mcp::McpHttpServer& http) {
+    asio::signal_set signals(co_await asio::this_coro::executor, SIGTERM, SIGINT);
+    co_await signals.async_wait(asio::use_awaitable);
+    co_await http.stop();
+}
+
+void run(const McpOptions& flags, const std::optional<std::string>& config_path,
+         Context& context) {
+    context.log->set_level(spdlog::level::info);
+    const auto options = merge(config_path ? read_config(*config_path) : McpOptions{}, flags);
+    auto service = build_service(options, context);
+
+    asio::io_context io;
+    std::exception_ptr failure;
+    auto finished = [&](std::exception_ptr error) {
+        failure = error;
+        io.stop();
+    };
+    std::unique_ptr<mcp::McpHttpServer> http;
+    if (options.http) {
+        auto [host, port] = parse_listen(*options.http);
+        http = std::make_unique<mcp::McpHttpServer>(io.get_executor(), *service.server,
+                                                    mcp::McpHttpOptions{host, port});
+        const auto bound = http->start();
+        context.log->info("serving MCP over streamable HTTP at http://{}:{}{}",
+                          host.find(':') == std::string::npos ? host : "[" + host + "]", bound,
+                          mcp::kMcpPath);
+        asio::co_spawn(io, serve_http_until_signal(*http), finished);
+    } else {
+        context.log->info("serving MCP over stdio");
+        asio::co_spawn(io, mcp::serve_stdio(*service.server), finished);
+    }
+    io.run();
+    if (failure) {
+        std::rethrow_exception(failure);
+    }
+}
+
+}  // namespace
+
+void add_mcp_command(CLI::App& app, Context& context) {
+    auto* command = app.add_subcommand(
+        "mcp",
+        "Serve the execute_code and run_shell tools as a Model Context Protocol server (stdio by "
+        "default, streamable HTTP at /mcp with --http). With no config and no flags: the local "
+        "backend with the isolation floor set to container.");
+    auto flags = std::make_shared<McpOptions>();
+    auto config_path = std::make_shared<std::optional<std::string>>();
+    command->add_option("--http", flags->http, "Serve streamable HTTP at HOST:PORT (path /mcp)");
+    command->add_option("--config", *config_path,
+                        "JSON config file; fields are the long flag names (out_dir, max_output)");
+    command->add_option("--backend", flags->backend, "local, acas or in-process (default local)");
+    command->add_option("--floor", flags->floor,
+                        "Isolation floor (default microvm; container for the local backend)");
+    command->add_option("--image", flags->image, "Image the sandboxes run");
+    command->add_option("--egress", flags->egress, "closed (default) or allowlist");
+    command->add_option("--allow", flags->allow, "A host the guest may reach (repeatable)");
+    command->add_option("--files", flags->files,
+                        "Host directory of the file store execute_code copies inputs from");
+    command->add_option("--out-dir", flags->out_dir, "Host directory landed outputs go to");
+    command->add_option("--output", flags->outputs,
+                        "A file execute_code lands from its working directory (repeatable)");
+    command->add_option("--timeout", flags->timeout, "Seconds a program may run (default 60)");
+    command->add_option("--max-output", flags->max_output,
+                        "Bytes per output stream; more is refused, not truncated");
+    command->add_option("--scope", flags->scope, "The sandbox key's scope for every session");
+    command->add_option("--work-dir", flags->work_dir, "Guest base for the per-call directories");
+    command->callback([flags, config_path, &context] { run(*flags, *config_path, context); });
+}
+
+}  // namespace maf_sandbox::cli

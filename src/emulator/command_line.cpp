@@ -1,0 +1,240 @@
+// The acas-emulator command line. Hand-written (CLI11 belongs to src/cli): two subcommands with
+// a handful of flags each.
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <cstdio>
+#include <fmt/format.h>
+#include <iostream>
+
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/emulator/emulator.hpp"
+#include "registry_standin.hpp"
+
+namespace maf_sandbox::emulator {
+namespace {
+
+constexpr const char* kUsage = R"(usage:
+  acas-emulator serve --listen 127.0.0.1:PORT --state-dir DIR
+                      [--tls-cert FILE --tls-key FILE | --self-signed] [--token TOKEN]
+                      [--alias NAME=IMAGE]... [--page-size N]
+                      [--fault-429-rate P] [--fault-403-first N] [--fault-5xx-rate P]
+                      [--fault-latency-ms N] [--fault-create-delay-ms N] [--fault-drop-rate P]
+                      [--fault-seed N]
+  acas-emulator images add ARCHIVE --ref REGISTRY/REPO:TAG --state-dir DIR
+
+The first line on stdout is `listening on https://HOST:PORT`; logs go to stderr.
+)";
+
+[[noreturn]] void usage_error(const std::string& message) {
+    throw InvalidArgument(fmt::format("{}\n{}", message, kUsage));
+}
+
+double parse_rate(const std::string& flag, const std::string& text) {
+    try {
+        std::size_t used = 0;
+        const double v = std::stod(text, &used);
+        if (used == text.size() && v >= 0.0 && v <= 1.0) {
+            return v;
+        }
+    } catch (...) {
+    }
+    usage_error(fmt::format("{} takes a probability between 0 and 1, not '{}'", flag, text));
+}
+
+std::uint64_t parse_count(const std::string& flag, const std::string& text) {
+    try {
+        std::size_t used = 0;
+        const auto v = std::stoull(text, &used);
+        if (used == text.size()) {
+            return v;
+        }
+    } catch (...) {
+    }
+    usage_error(fmt::format("{} takes a non-negative integer, not '{}'", flag, text));
+}
+
+class Args {
+public:
+    Args(int argc, char** argv, int start) {
+        for (int i = start; i < argc; ++i) {
+            items_.emplace_back(argv[i]);
+        }
+    }
+    bool done() const { return pos_ >= items_.size(); }
+    std::string next() { return items_[pos_++]; }
+    std::string value(const std::string& flag) {
+        if (done()) {
+            usage_error(fmt::format("{} needs a value", flag));
+        }
+        return next();
+    }
+
+private:
+    std::vector<std::string> items_;
+    std::size_t pos_ = 0;
+};
+
+int serve(Args args) {
+    EmulatorOptions options;
+    bool self_signed = false;
+    bool listen_given = false;
+    while (!args.done()) {
+        const auto flag = args.next();
+        if (flag == "--listen") {
+            const auto text = args.value(flag);
+            const auto colon = text.rfind(':');
+            if (colon == std::string::npos) {
+                usage_error("--listen takes HOST:PORT, e.g. 127.0.0.1:0");
+            }
+            options.host = text.substr(0, colon);
+            const auto port = parse_count(flag, text.substr(colon + 1));
+            if (port > 65535) {
+                usage_error("--listen port must be at most 65535");
+            }
+            options.port = static_cast<std::uint16_t>(port);
+            listen_given = true;
+        } else if (flag == "--state-dir") {
+            options.state_dir = args.value(flag);
+        } else if (flag == "--tls-cert") {
+            options.tls_cert = args.value(flag);
+        } else if (flag == "--tls-key") {
+            options.tls_key = args.value(flag);
+        } else if (flag == "--self-signed") {
+            self_signed = true;
+        } else if (flag == "--plain-http") {
+            options.plain_http = true;
+        } else if (flag == "--token") {
+            options.token = args.value(flag);
+        } else if (flag == "--alias") {
+            const auto text = args.value(flag);
+            const auto eq = text.find('=');
+            if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
+                usage_error("--alias takes NAME=IMAGE, e.g. python-3.13=host");
+            }
+            options.aliases[text.substr(0, eq)] = text.substr(eq + 1);
+        } else if (flag == "--page-size") {
+            options.default_page_size = std::max<std::uint64_t>(1, parse_count(flag, args.value(flag)));
+        } else if (flag == "--fault-429-rate") {
+            options.faults.rate_429 = parse_rate(flag, args.value(flag));
+        } else if (flag == "--fault-403-first") {
+            options.faults.first_403 = parse_count(flag, args.value(flag));
+        } else if (flag == "--fault-5xx-rate") {
+            options.faults.rate_5xx = parse_rate(flag, args.value(flag));
+        } else if (flag == "--fault-latency-ms") {
+            options.faults.latency_ms = parse_count(flag, args.value(flag));
+        } else if (flag == "--fault-create-delay-ms") {
+            options.faults.create_delay_ms = parse_count(flag, args.value(flag));
+        } else if (flag == "--fault-drop-rate") {
+            options.faults.drop_rate = parse_rate(flag, args.value(flag));
+        } else if (flag == "--fault-seed") {
+            options.faults.seed = parse_count(flag, args.value(flag));
+        } else {
+            usage_error(fmt::format("unknown flag '{}'", flag));
+        }
+    }
+    if (!listen_given) {
+        usage_error("serve needs --listen HOST:PORT");
+    }
+    if (options.state_dir.empty()) {
+        usage_error("serve needs --state-dir DIR");
+    }
+    if (options.tls_cert.has_value() != options.tls_key.has_value()) {
+        usage_error("--tls-cert and --tls-key go together");
+    }
+    if (self_signed && options.tls_cert) {
+        usage_error("--self-signed and --tls-cert are exclusive");
+    }
+    std::filesystem::create_directories(options.state_dir);
+
+    auto logger = std::make_shared<spdlog::logger>(
+        "acas-emulator", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
+    logger->flush_on(spdlog::level::info);
+
+    boost::asio::io_context io;
+    Emulator emulator(io.get_executor(), std::move(options), logger);
+    emulator.start();
+    // The one line on stdout: what scripts and tests wait for.
+    std::cout << "listening on " << emulator.base_url() << std::endl;
+
+    boost::asio::signal_set signals(io, SIGTERM, SIGINT);
+    signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+        if (ec) {
+            return;
+        }
+        logger->info("signal {} received: shutting down gracefully", signal);
+        boost::asio::co_spawn(
+            io,
+            [&]() -> Task<void> {
+                co_await emulator.stop(Seconds(10));
+                io.stop();
+            },
+            boost::asio::detached);
+    });
+    io.run();
+    return 0;
+}
+
+int images(Args args) {
+    if (args.done() || args.next() != "add") {
+        usage_error("images takes the subcommand `add`");
+    }
+    std::optional<std::string> archive;
+    std::optional<std::string> ref;
+    std::optional<std::string> state_dir;
+    while (!args.done()) {
+        const auto item = args.next();
+        if (item == "--ref") {
+            ref = args.value(item);
+        } else if (item == "--state-dir") {
+            state_dir = args.value(item);
+        } else if (!item.starts_with("--") && !archive) {
+            archive = item;
+        } else {
+            usage_error(fmt::format("unexpected argument '{}'", item));
+        }
+    }
+    if (!archive || !ref || !state_dir) {
+        usage_error("images add needs ARCHIVE, --ref REGISTRY/REPO:TAG and --state-dir DIR");
+    }
+    RegistryStandIn registry(*state_dir);
+    registry.add(*archive, *ref);
+    std::cerr << fmt::format("{} can now be imported with PUT .../diskimages (image.base)\n", *ref);
+    return 0;
+}
+
+}  // namespace
+
+int emulator_main(int argc, char** argv) {
+    try {
+        if (argc < 2) {
+            usage_error("missing subcommand");
+        }
+        const std::string command = argv[1];
+        if (command == "serve") {
+            return serve(Args(argc, argv, 2));
+        }
+        if (command == "images") {
+            return images(Args(argc, argv, 2));
+        }
+        if (command == "--help" || command == "-h" || command == "help") {
+            std::cerr << kUsage;
+            return 0;
+        }
+        usage_error(fmt::format("unknown subcommand '{}'", command));
+    } catch (const Error& e) {
+        std::cerr << "acas-emulator: " << e.what() << "\n";
+        return 2;
+    } catch (const std::exception& e) {
+        std::cerr << "acas-emulator: " << e.what() << "\n";
+        return 1;
+    }
+}
+
+}  // namespace maf_sandbox::emulator

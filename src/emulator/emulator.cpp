@@ -1,0 +1,1281 @@
+#include "maf_sandbox/emulator/emulator.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/url/parse.hpp>
+#include <boost/url/url_view.hpp>
+#include <charconv>
+#include <fmt/format.h>
+#include <random>
+
+#include "engine.hpp"
+#include "file_plane.hpp"
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/utf8.hpp"
+#include "maf_sandbox/net/http_server.hpp"
+#include "maf_sandbox/net/tls.hpp"
+#include "registry_standin.hpp"
+#include "state_store.hpp"
+
+namespace maf_sandbox::emulator {
+namespace asio = boost::asio;
+namespace json = boost::json;
+using net::HttpRequest;
+using net::HttpResponse;
+
+namespace {
+
+constexpr std::uint64_t kExecOutputCeiling = 1048576;
+constexpr std::size_t kMaxLabelValue = 63;
+constexpr std::uint64_t kMaxFileRead = 256ull * 1024 * 1024;
+constexpr auto kExecServerTimeout = std::chrono::minutes(30);
+const char* const kRegion = "local";
+
+// A refusal answered as application/problem+json.
+struct Problem {
+    int status;
+    std::string title;
+    std::string detail;
+    int error_code = 0;
+};
+
+HttpResponse problem_response(const Problem& p) {
+    HttpResponse r;
+    r.status = p.status;
+    r.headers.set("Content-Type", "application/problem+json");
+    json::object body{{"title", p.title}, {"status", p.status}, {"detail", p.detail}};
+    body["errorCode"] = p.error_code != 0 ? p.error_code : p.status;
+    r.body = json::serialize(body);
+    return r;
+}
+
+HttpResponse json_response(int status, const json::value& body) {
+    HttpResponse r;
+    r.status = status;
+    r.headers.set("Content-Type", "application/json; charset=utf-8");
+    r.body = json::serialize(body);
+    return r;
+}
+
+HttpResponse empty_response(int status) {
+    HttpResponse r;
+    r.status = status;
+    return r;
+}
+
+Problem not_found(const std::string& id) {
+    return Problem{404, "SandboxNotFound", "Requested document not found.", 1};
+    (void)id;
+}
+
+Problem not_running(const std::string& id) {
+    return Problem{409, "SandboxNotRunning", fmt::format("Sandbox '{}' is not in Running state", id)};
+}
+
+std::vector<std::string> split_path(std::string_view path) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    while (start < path.size()) {
+        if (path[start] == '/') {
+            ++start;
+            continue;
+        }
+        auto end = path.find('/', start);
+        if (end == std::string_view::npos) {
+            end = path.size();
+        }
+        out.emplace_back(path.substr(start, end - start));
+        start = end;
+    }
+    return out;
+}
+
+json::object parse_object_body(const std::string& body, bool allow_empty) {
+    if (body.empty() && allow_empty) {
+        return {};
+    }
+    boost::system::error_code ec;
+    auto value = json::parse(body, ec);
+    if (ec || !value.is_object()) {
+        throw Problem{400, "One or more validation errors occurred.",
+                      "The request body must be a JSON object."};
+    }
+    return value.as_object();
+}
+
+std::string string_field(const json::object& o, const char* key) {
+    if (auto* v = o.if_contains(key); v != nullptr && v->is_string()) {
+        return std::string(v->as_string());
+    }
+    return {};
+}
+
+std::map<std::string, std::string> parse_labels(const json::object& body) {
+    std::map<std::string, std::string> out;
+    const auto* v = body.if_contains("labels");
+    if (v == nullptr || v->is_null()) {
+        return out;
+    }
+    if (!v->is_object()) {
+        throw Problem{400, "One or more validation errors occurred.",
+                      "'labels' must be an object of string values."};
+    }
+    for (const auto& [k, value] : v->as_object()) {
+        if (!value.is_string()) {
+            throw Problem{400, "One or more validation errors occurred.",
+                          fmt::format("Label value for key '{}' must be a string", k)};
+        }
+        if (k.empty()) {
+            throw Problem{400, "One or more validation errors occurred.",
+                          "Label keys must not be empty"};
+        }
+        if (value.as_string().size() > kMaxLabelValue) {
+            throw Problem{400, "One or more validation errors occurred.",
+                          fmt::format("Label value for key '{}' exceeds 63 characters",
+                                      std::string(k))};
+        }
+        out[std::string(k)] = std::string(value.as_string());
+    }
+    return out;
+}
+
+// "1000m" -> 1.0, "2" -> 2.0; "2048Mi" -> bytes. Unparseable values count as unset.
+double parse_cpu(const std::string& text) {
+    if (text.empty()) {
+        return 0;
+    }
+    try {
+        if (text.back() == 'm') {
+            return std::stod(text.substr(0, text.size() - 1)) / 1000.0;
+        }
+        return std::stod(text);
+    } catch (...) {
+        return 0;
+    }
+}
+
+std::uint64_t parse_quantity(const std::string& text) {
+    static const std::pair<const char*, std::uint64_t> units[] = {
+        {"Ki", 1ull << 10}, {"Mi", 1ull << 20}, {"Gi", 1ull << 30}, {"Ti", 1ull << 40},
+        {"K", 1000ull},     {"M", 1000000ull},  {"G", 1000000000ull}};
+    for (const auto& [suffix, factor] : units) {
+        if (text.ends_with(suffix)) {
+            try {
+                return static_cast<std::uint64_t>(
+                    std::stod(text.substr(0, text.size() - std::strlen(suffix))) *
+                    static_cast<double>(factor));
+            } catch (...) {
+                return 0;
+            }
+        }
+    }
+    try {
+        return static_cast<std::uint64_t>(std::stoull(text));
+    } catch (...) {
+        return 0;
+    }
+}
+
+bool truthy(const std::optional<std::string>& value, bool fallback) {
+    if (!value) {
+        return fallback;
+    }
+    return *value == "true" || *value == "True" || *value == "1";
+}
+
+struct Query {
+    std::map<std::string, std::string> params;
+    std::optional<std::string> get(const std::string& key) const {
+        auto it = params.find(key);
+        return it == params.end() ? std::nullopt : std::optional<std::string>(it->second);
+    }
+};
+
+struct Metrics {
+    std::mutex mutex;
+    std::map<std::string, std::uint64_t> requests;  // label set -> count
+    std::map<std::string, std::pair<double, std::uint64_t>> latency;  // route -> (sum s, count)
+};
+
+}  // namespace
+
+struct Emulator::Impl : std::enable_shared_from_this<Impl> {
+    Impl(asio::any_io_executor ex, EmulatorOptions opts, std::shared_ptr<spdlog::logger> log)
+        : executor(std::move(ex)),
+          options(std::move(opts)),
+          logger(std::move(log)),
+          pool(options.worker_threads),
+          store(options.state_dir),
+          registry(options.state_dir),
+          engine(make_runtime_engine(options.state_dir / "runtime")),
+          random(options.faults.seed != 0 ? options.faults.seed : std::random_device{}()) {
+        catalogue["host"] = "host";
+        for (const auto& [name, image] : options.aliases) {
+            catalogue[name] = image;
+        }
+        identity = fmt::format("{}; isolation={}", kEmulatorVersion,
+                               to_string(engine->isolation()));
+    }
+
+    asio::any_io_executor executor;
+    EmulatorOptions options;
+    std::shared_ptr<spdlog::logger> logger;
+    asio::thread_pool pool;
+    StateStore store;
+    RegistryStandIn registry;
+    std::unique_ptr<SandboxEngine> engine;
+    std::map<std::string, std::string> catalogue;
+    std::string identity;
+    std::unique_ptr<net::HttpServer> server;
+    std::string scheme = "https";
+    std::uint16_t port = 0;
+    std::atomic<std::uint64_t> data_plane_requests{0};
+    std::atomic<std::uint64_t> request_counter{0};
+    std::mutex random_mutex;
+    std::mt19937_64 random;
+    Metrics metrics;
+    std::atomic<bool> stopping{false};
+    std::shared_ptr<asio::steady_timer> sweeper;
+
+    // --- helpers ------------------------------------------------------------------------------
+
+    template <typename F>
+    Task<std::invoke_result_t<F>> offload(F f) {
+        using R = std::invoke_result_t<F>;
+        if constexpr (std::is_void_v<R>) {
+            co_await asio::co_spawn(
+                pool.get_executor(), [f = std::move(f)]() -> Task<void> {
+                    f();
+                    co_return;
+                },
+                asio::use_awaitable);
+        } else {
+            co_return co_await asio::co_spawn(
+                pool.get_executor(), [f = std::move(f)]() -> Task<R> { co_return f(); },
+                asio::use_awaitable);
+        }
+    }
+
+    Task<void> sleep_ms(std::uint64_t ms) {
+        asio::steady_timer timer(executor, std::chrono::milliseconds(ms));
+        boost::system::error_code ec;
+        co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+
+    double chance() {
+        std::lock_guard lock(random_mutex);
+        return std::uniform_real_distribution<double>(0.0, 1.0)(random);
+    }
+
+    // --- startup ------------------------------------------------------------------------------
+
+    void reattach() {
+        for (const auto& doc : store.sandboxes()) {
+            if (doc.state == states::kDeleting) {
+                spawn_delete(doc.id);
+                continue;
+            }
+            if (doc.state == states::kCreating && doc.handle.empty()) {
+                store.mutate(doc.id, [](SandboxDoc& d) {
+                    d.state = states::kFailed;
+                    d.failure = "the emulator stopped while the sandbox was being created";
+                    d.state_since = unix_now();
+                });
+                continue;
+            }
+            if (doc.state != states::kFailed && !doc.handle.empty() &&
+                !engine->alive(doc.handle)) {
+                logger->warn("sandbox {} is no longer running; marking it Failed", doc.id);
+                store.mutate(doc.id, [](SandboxDoc& d) {
+                    d.state = states::kFailed;
+                    d.failure = "the sandbox's processes ended while the emulator was down";
+                    d.state_since = unix_now();
+                });
+            }
+        }
+    }
+
+    // --- routing ------------------------------------------------------------------------------
+
+    Task<HttpResponse> handle(HttpRequest request) {
+        const auto started = std::chrono::steady_clock::now();
+        const auto request_id = request.headers.get("x-ms-client-request-id")
+                                    .value_or(fmt::format("emu-{}", ++request_counter));
+        std::string route = "other";
+        HttpResponse response;
+        bool drop = false;
+        try {
+            response = co_await dispatch(request, route, drop);
+        } catch (const Problem& p) {
+            response = problem_response(p);
+        } catch (const PlaneError& p) {
+            response = problem_response(Problem{p.status, p.title, p.detail});
+        } catch (const std::exception& e) {
+            logger->error("request {} {} failed: {}", request_id, route, e.what());
+            response = problem_response(Problem{500, "InternalServerError", e.what()});
+        }
+        response.headers.set("x-acas-emulator", identity);
+        response.headers.set("x-ms-request-id", request_id);
+        response.headers.set("x-ms-client-request-id", request_id);
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        {
+            std::lock_guard lock(metrics.mutex);
+            ++metrics.requests[fmt::format("method=\"{}\",route=\"{}\",status=\"{}\"",
+                                           request.method, route, response.status)];
+            auto& [sum, count] = metrics.latency[route];
+            sum += seconds;
+            ++count;
+        }
+        logger->info("request id={} {} {} route={} status={} ms={:.1f}", request_id,
+                     request.method, strip_query(request.target), route, response.status,
+                     seconds * 1000);
+        if (drop) {
+            throw net::AbortConnection(response);
+        }
+        co_return response;
+    }
+
+    static std::string strip_query(const std::string& target) {
+        return target.substr(0, target.find('?'));
+    }
+
+    Task<HttpResponse> dispatch(const HttpRequest& request, std::string& route, bool& drop) {
+        auto parsed = boost::urls::parse_origin_form(request.target);
+        if (!parsed) {
+            throw Problem{400, "BadRequest", "The request target is not a valid path."};
+        }
+        Query query;
+        for (const auto& param : parsed->params()) {
+            query.params[std::string(param.key)] = std::string(param.value);
+        }
+        std::vector<std::string> segments;
+        for (const auto& s : parsed->segments()) {
+            segments.emplace_back(s);
+        }
+        if (segments.size() == 1 && segments[0] == "healthz") {
+            route = "healthz";
+            co_return json_response(200, json::object{{"status", "ok"}, {"identity", identity}});
+        }
+        if (segments.size() == 1 && segments[0] == "metrics") {
+            route = "metrics";
+            co_return metrics_response();
+        }
+        if (segments.size() < 6 || segments[0] != "subscriptions" ||
+            segments[2] != "resourceGroups" || segments[4] != "sandboxGroups") {
+            route = "unknown";
+            throw Problem{404, "NotFound", "No data-plane route matches this path."};
+        }
+        // --- the data plane: faults, then authentication, then the api-version -----------------
+        const auto n = ++data_plane_requests;
+        const auto& faults = options.faults;
+        if (faults.latency_ms > 0) {
+            co_await sleep_ms(faults.latency_ms);
+        }
+        if (n <= faults.first_403) {
+            route = "fault-403";
+            co_return empty_response(403);
+        }
+        if (faults.rate_429 > 0 && chance() < faults.rate_429) {
+            route = "fault-429";
+            auto r = problem_response(Problem{429, "TooManyRequests",
+                                              "Rate limit exceeded; retry after 1 second."});
+            r.headers.set("Retry-After", "1");
+            co_return r;
+        }
+        if (faults.rate_5xx > 0 && chance() < faults.rate_5xx) {
+            route = "fault-503";
+            co_return problem_response(
+                Problem{503, "ServiceUnavailable", "The service is temporarily unavailable."});
+        }
+        drop = faults.drop_rate > 0 && chance() < faults.drop_rate;
+
+        const auto auth = request.headers.get("authorization");
+        if (!auth || !auth->starts_with("Bearer ") || auth->size() <= 7 ||
+            (options.token && auth->substr(7) != *options.token)) {
+            route = "unauthorized";
+            throw Problem{401, "Unauthorized",
+                          "A valid bearer token for https://dynamicsessions.io is required."};
+        }
+        const auto api = query.get("api-version");
+        if (!api || (*api != kApiVersion && *api != kPagingApiVersion)) {
+            route = "bad-api-version";
+            throw Problem{400, "UnsupportedApiVersion",
+                          fmt::format("The api-version '{}' is not supported. Supported versions: "
+                                      "{}, {}.",
+                                      api.value_or(""), kApiVersion, kPagingApiVersion)};
+        }
+        const std::string group_prefix =
+            "/" + segments[0] + "/" + segments[1] + "/" + segments[2] + "/" + segments[3] + "/" +
+            segments[4] + "/" + segments[5];
+        std::vector<std::string> rest(segments.begin() + 6, segments.end());
+        const auto& m = request.method;
+        if (rest.size() == 1 && rest[0] == "sandboxes") {
+            if (m == "GET") {
+                route = "sandboxes.list";
+                co_return list_sandboxes(request, query, *api, group_prefix);
+            }
+            if (m == "PUT" || m == "POST") {
+                route = "sandboxes.create";
+                co_return create_sandbox(request);
+            }
+        }
+        if (rest.size() >= 2 && rest[0] == "sandboxes") {
+            const std::string& id = rest[1];
+            if (rest.size() == 2) {
+                if (m == "GET") {
+                    route = "sandboxes.get";
+                    co_return json_response(200, require(id).to_wire(kRegion));
+                }
+                if (m == "DELETE") {
+                    route = "sandboxes.delete";
+                    co_return delete_sandbox(id);
+                }
+            }
+            if (rest.size() == 3 && m == "POST") {
+                const auto& op = rest[2];
+                route = "sandboxes." + op;
+                if (op == "stop") {
+                    co_return stop_sandbox(id);
+                }
+                if (op == "resume") {
+                    co_return resume_sandbox(id);
+                }
+                if (op == "executeShellCommand") {
+                    co_return co_await execute(id, request);
+                }
+                if (op == "lifecycle") {
+                    co_return set_policy(id, request, "lifecycle");
+                }
+                if (op == "egresspolicy") {
+                    co_return set_policy(id, request, "egressPolicy");
+                }
+            }
+            if (rest.size() >= 3 && rest[2] == "files") {
+                route = rest.size() == 3 ? "files" : "files." + rest[3];
+                co_return co_await files(id, request, query,
+                                         rest.size() == 3 ? std::string() : rest[3]);
+            }
+        }
+        if (!rest.empty() && rest[0] == "diskimages") {
+            route = "diskimages";
+            co_return disk_images(request, rest, query);
+        }
+        route = "unknown";
+        throw Problem{404, "NotFound", "No data-plane route matches this path."};
+    }
+
+    SandboxDoc require(const std::string& id) {
+        auto doc = store.sandbox(id);
+        if (!doc) {
+            throw not_found(id);
+        }
+        return *doc;
+    }
+
+    // --- sandboxes ----------------------------------------------------------------------------
+
+    HttpResponse list_sandboxes(const HttpRequest& request, const Query& query,
+                                const std::string& api, const std::string& group_prefix) {
+        std::map<std::string, std::string> selector;
+        if (auto labels = query.get("labels"); labels && !labels->empty()) {
+            std::string_view rest = *labels;
+            while (!rest.empty()) {
+                const auto comma = rest.find(',');
+                const auto item = rest.substr(0, comma);
+                const auto eq = item.find('=');
+                if (eq == std::string_view::npos || eq == 0) {
+                    throw Problem{400, "InvalidLabelSelector",
+                                  fmt::format("The label selector item '{}' must be key=value.",
+                                              item)};
+                }
+                selector[std::string(item.substr(0, eq))] = std::string(item.substr(eq + 1));
+                if (comma == std::string_view::npos) {
+                    break;
+                }
+                rest.remove_prefix(comma + 1);
+            }
+        }
+        std::vector<json::value> matching;
+        for (const auto& doc : store.sandboxes()) {
+            bool ok = true;
+            for (const auto& [k, v] : selector) {
+                auto it = doc.labels.find(k);
+                if (it == doc.labels.end() || it->second != v) {
+                    ok = false;
+                    break;
+                }
+            }
+            if (ok) {
+                matching.emplace_back(doc.to_wire(kRegion));
+            }
+        }
+        std::size_t page_size = options.default_page_size;
+        if (auto ps = query.get("pageSize")) {
+            std::size_t value = 0;
+            auto [p, ec] = std::from_chars(ps->data(), ps->data() + ps->size(), value);
+            if (ec != std::errc{} || value == 0 || value > 1000) {
+                throw Problem{400, "InvalidPageSize", "pageSize must be between 1 and 1000."};
+            }
+            page_size = value;
+        }
+        std::size_t offset = 0;
+        if (auto token = query.get("skipToken")) {
+            auto [p, ec] = std::from_chars(token->data(), token->data() + token->size(), offset);
+            if (ec != std::errc{}) {
+                throw Problem{400, "InvalidSkipToken", "The skipToken is not valid."};
+            }
+        }
+        json::array page;
+        for (std::size_t i = offset; i < matching.size() && page.size() < page_size; ++i) {
+            page.push_back(matching[i]);
+        }
+        json::object body{{"value", std::move(page)}};
+        if (offset + page_size < matching.size()) {
+            boost::urls::url next;
+            next.set_scheme(scheme);
+            next.set_encoded_host(request.headers.get("host").value_or(
+                fmt::format("127.0.0.1:{}", port)));
+            next.set_path(group_prefix + "/sandboxes");
+            next.params().append({"api-version", api});
+            if (auto labels = query.get("labels"); labels && !labels->empty()) {
+                next.params().append({"labels", *labels});
+            }
+            next.params().append({"pageSize", std::to_string(page_size)});
+            next.params().append({"skipToken", std::to_string(offset + page_size)});
+            body["nextLink"] = std::string(next.buffer());
+        }
+        return json_response(200, body);
+    }
+
+    std::string resolve_source(const json::object& body) {
+        const auto* sources = body.if_contains("sourcesRef");
+        if (sources == nullptr || !sources->is_object()) {
+            if (body.contains("presetSandboxType")) {
+                throw Problem{400, "PresetNotSupported",
+                              "The emulator has no preset sandbox types; pass sourcesRef."};
+            }
+            throw Problem{400, "One or more validation errors occurred.",
+                          "'sourcesRef' is required when not using a preset sandbox type"};
+        }
+        const auto& s = sources->as_object();
+        if (s.contains("snapshot")) {
+            throw Problem{400, "SnapshotNotSupported", "The emulator does not support snapshots."};
+        }
+        const auto* disk = s.if_contains("diskImage");
+        if (disk == nullptr || !disk->is_object()) {
+            throw Problem{400, "One or more validation errors occurred.",
+                          "'sourcesRef.diskImage' must be an object."};
+        }
+        const auto id = string_field(disk->as_object(), "id");
+        if (!id.empty()) {
+            auto image = store.disk_image(id);
+            if (!image) {
+                throw Problem{404, "DiskImageNotFound",
+                              fmt::format("Disk image '{}' was not found.", id)};
+            }
+            if (image->state != "Ready") {
+                throw Problem{409, "DiskImageNotReady",
+                              fmt::format("Disk image '{}' is {}.", id, image->state)};
+            }
+            return image->local_image;
+        }
+        const auto name = string_field(disk->as_object(), "name");
+        if (auto it = catalogue.find(name.empty() ? "ubuntu" : name); it != catalogue.end()) {
+            return it->second;
+        }
+        for (const auto& image : store.disk_images()) {
+            if (!name.empty() && image.name == name && image.state == "Ready") {
+                return image.local_image;
+            }
+        }
+        throw Problem{404, "DiskImageNotFound",
+                      fmt::format("Public disk image '{}' was not found.", name)};
+    }
+
+    HttpResponse create_sandbox(const HttpRequest& request) {
+        const auto body = parse_object_body(request.body, false);
+        auto labels = parse_labels(body);
+        for (const char* key : {"entrypoint", "cmd"}) {
+            if (const auto* v = body.if_contains(key); v != nullptr && !v->is_null()) {
+                bool ok = v->is_array();
+                if (ok) {
+                    for (const auto& item : v->as_array()) {
+                        ok = ok && item.is_string();
+                    }
+                }
+                if (!ok) {
+                    HttpResponse r = json_response(
+                        400,
+                        json::object{
+                            {"title", "One or more validation errors occurred."},
+                            {"status", 400},
+                            {"errors",
+                             json::object{{fmt::format("$.{}", key),
+                                           json::array{"The JSON value could not be converted to "
+                                                       "System.Collections.Generic."
+                                                       "IReadOnlyList`1[System.String]."}}}}});
+                    r.headers.set("Content-Type", "application/problem+json");
+                    return r;
+                }
+            }
+        }
+        const auto image = resolve_source(body);
+        SandboxDoc doc;
+        doc.id = new_guid();
+        doc.labels = std::move(labels);
+        doc.created_at = iso_time(unix_now());
+        doc.state_since = doc.last_activity = unix_now();
+        doc.image = image;
+        doc.sources_ref = body.at("sourcesRef").as_object();
+        if (auto* di = doc.sources_ref.if_contains("diskImage");
+            di != nullptr && di->is_object() && di->as_object().contains("id") &&
+            !di->as_object().contains("isPublic")) {
+            di->as_object()["isPublic"] = false;
+        }
+        doc.resources = json::object{{"cpu", "1000m"}, {"memory", "2048Mi"}};
+        if (const auto* r = body.if_contains("resources"); r != nullptr && r->is_object()) {
+            for (const auto& [k, v] : r->as_object()) {
+                doc.resources[k] = v;
+            }
+        }
+        doc.egress_policy = json::object{{"defaultAction", "Allow"}};
+        if (const auto* e = body.if_contains("egressPolicy"); e != nullptr && e->is_object()) {
+            doc.egress_policy = e->as_object();
+        }
+        if (const auto* l = body.if_contains("lifecycle"); l != nullptr && l->is_object()) {
+            doc.lifecycle = l->as_object();
+        }
+        if (const auto* env = body.if_contains("environment"); env != nullptr && env->is_object()) {
+            doc.environment = env->as_object();
+        }
+        store.put(doc);
+        logger->info("sandbox {} created from image {} (Creating)", doc.id, image);
+        spawn_launch(doc);
+        return json_response(201, doc.to_wire(kRegion));
+    }
+
+    void spawn_launch(SandboxDoc doc) {
+        auto self = shared_from_this();
+        asio::co_spawn(
+            executor,
+            [self, doc]() -> Task<void> {
+                if (self->options.faults.create_delay_ms > 0) {
+                    co_await self->sleep_ms(self->options.faults.create_delay_ms);
+                }
+                LaunchRequest launch;
+                launch.id = doc.id;
+                launch.image = doc.image;
+                for (const auto& [k, v] : doc.environment) {
+                    if (v.is_string()) {
+                        launch.environment[std::string(k)] = std::string(v.as_string());
+                    }
+                }
+                launch.cpus = parse_cpu(string_field(doc.resources, "cpu"));
+                launch.memory_bytes = parse_quantity(string_field(doc.resources, "memory"));
+                json::object handle;
+                std::string failure;
+                try {
+                    handle = co_await self->offload(
+                        [self, launch]() { return self->engine->launch(launch); });
+                } catch (const std::exception& e) {
+                    failure = e.what();
+                }
+                bool orphan = false;
+                const bool known = self->store.mutate(doc.id, [&](SandboxDoc& d) {
+                    if (d.state == states::kDeleting) {
+                        orphan = true;
+                        d.handle = handle;
+                        return;
+                    }
+                    d.handle = handle;
+                    d.state = failure.empty() ? states::kRunning : states::kFailed;
+                    d.failure = failure;
+                    d.state_since = d.last_activity = unix_now();
+                });
+                if (!failure.empty()) {
+                    self->logger->error("sandbox {} failed to start: {}", doc.id, failure);
+                } else if (!known || orphan) {
+                    // Deleted while it was being created: finish the deletion now.
+                    self->spawn_delete(doc.id, handle);
+                } else {
+                    self->logger->info("sandbox {} is Running", doc.id);
+                }
+            },
+            asio::detached);
+    }
+
+    void spawn_delete(const std::string& id, json::object handle = {}) {
+        auto self = shared_from_this();
+        asio::co_spawn(
+            executor,
+            [self, id, handle]() -> Task<void> {
+                json::object h = handle;
+                if (h.empty()) {
+                    if (auto doc = self->store.sandbox(id)) {
+                        h = doc->handle;
+                    }
+                }
+                if (!h.empty()) {
+                    try {
+                        co_await self->offload([self, h]() { self->engine->destroy(h); });
+                    } catch (const std::exception& e) {
+                        self->logger->error("deleting sandbox {}: {}", id, e.what());
+                    }
+                }
+                self->store.erase(id);
+                self->logger->info("sandbox {} deleted", id);
+            },
+            asio::detached);
+    }
+
+    HttpResponse delete_sandbox(const std::string& id) {
+        bool launch_pending = false;
+        bool already = false;
+        const bool known = store.mutate(id, [&](SandboxDoc& d) {
+            already = d.state == states::kDeleting;
+            launch_pending = d.state == states::kCreating && d.handle.empty();
+            d.state = states::kDeleting;
+            d.state_since = unix_now();
+        });
+        if (!known) {
+            throw not_found(id);
+        }
+        // A sandbox still being created is deleted by its launch when that finishes.
+        if (!already && !launch_pending) {
+            spawn_delete(id);
+        }
+        return empty_response(202);
+    }
+
+    HttpResponse stop_sandbox(const std::string& id) {
+        bool running = false;
+        const bool known = store.mutate(id, [&](SandboxDoc& d) {
+            running = d.state == states::kRunning;
+            if (running) {
+                d.state = states::kStopped;
+                d.stopped_reason = "UserStopped";
+                d.stopped_at = iso_time(unix_now());
+                d.state_since = unix_now();
+            }
+        });
+        if (!known) {
+            throw not_found(id);
+        }
+        if (!running) {
+            throw not_running(id);
+        }
+        return json_response(200, require(id).to_wire(kRegion));
+    }
+
+    HttpResponse resume_sandbox(const std::string& id) {
+        std::string current;
+        const bool known = store.mutate(id, [&](SandboxDoc& d) {
+            current = d.state;
+            if (d.state == states::kStopped || d.state == states::kSuspended) {
+                d.state = states::kRunning;
+                d.state_since = d.last_activity = unix_now();
+            }
+        });
+        if (!known) {
+            throw not_found(id);
+        }
+        if (current != states::kStopped && current != states::kSuspended) {
+            throw Problem{409, "InvalidSandboxState",
+                          fmt::format("Sandbox must be in Stopped state to resume. Current "
+                                      "state: {}",
+                                      current)};
+        }
+        return json_response(200, require(id).to_wire(kRegion));
+    }
+
+    HttpResponse set_policy(const std::string& id, const HttpRequest& request, const char* field) {
+        const auto body = parse_object_body(request.body, false);
+        const bool lifecycle = std::string_view(field) == "lifecycle";
+        bool running = true;
+        const bool known = store.mutate(id, [&](SandboxDoc& d) {
+            if (d.state == states::kDeleting || d.state == states::kFailed) {
+                running = false;
+                return;
+            }
+            if (lifecycle) {
+                d.lifecycle = body;  // POST replaces the whole policy
+            } else {
+                d.egress_policy = body;
+            }
+        });
+        if (!known) {
+            throw not_found(id);
+        }
+        if (!running) {
+            throw not_running(id);
+        }
+        return json_response(200, body);
+    }
+
+    // Running, touched for the idle timer; otherwise 404 / 409.
+    SandboxDoc require_running(const std::string& id) {
+        std::optional<SandboxDoc> result;
+        bool running = false;
+        const bool known = store.mutate(id, [&](SandboxDoc& d) {
+            running = d.state == states::kRunning;
+            if (running) {
+                d.last_activity = unix_now();
+            }
+            result = d;
+        });
+        if (!known) {
+            throw not_found(id);
+        }
+        if (!running) {
+            throw not_running(id);
+        }
+        return *result;
+    }
+
+    Task<HttpResponse> execute(const std::string& id, const HttpRequest& request) {
+        const auto body = parse_object_body(request.body, false);
+        const auto* command = body.if_contains("command");
+        if (command == nullptr || !command->is_string()) {
+            throw Problem{400, "One or more validation errors occurred.",
+                          "'command' is required and must be a string."};
+        }
+        std::string cwd = string_field(body, "workingDirectory");
+        if (!cwd.empty() && cwd.front() != '/') {
+            throw Problem{400, "One or more validation errors occurred.",
+                          "'workingDirectory' must be an absolute path."};
+        }
+        const auto doc = require_running(id);
+        const std::string text(command->as_string());
+        const auto handle = doc.handle;
+        auto self = shared_from_this();
+        // Not tied to the request: a client that goes away does not stop the command.
+        const auto result = co_await offload([self, handle, text, cwd]() {
+            return self->engine->exec(
+                handle, text, cwd,
+                std::chrono::duration_cast<std::chrono::milliseconds>(kExecServerTimeout),
+                kExecOutputCeiling);
+        });
+        const bool overflow =
+            result.stdout_total > kExecOutputCeiling || result.stderr_total > kExecOutputCeiling;
+        std::string out = result.stdout_head;
+        std::string err = result.stderr_head;
+        int exit_code = result.exit_code;
+        if (overflow) {
+            const std::string diagnostic = fmt::format(
+                "\n[adc] output exceeded {} bytes and was truncated; process terminated",
+                kExecOutputCeiling);
+            (result.stdout_total > kExecOutputCeiling ? out : err) += diagnostic;
+            exit_code = 137;
+        }
+        co_return json_response(200, json::object{{"stdout", replace_invalid_utf8(out)},
+                                                  {"stderr", replace_invalid_utf8(err)},
+                                                  {"exitCode", exit_code}});
+    }
+
+    Task<HttpResponse> files(const std::string& id, const HttpRequest& request,
+                             const Query& query, const std::string& op) {
+        const auto& m = request.method;
+        const auto doc = require_running(id);
+        auto self = shared_from_this();
+        const auto handle = doc.handle;
+        auto with_plane = [self, handle](auto&& fn) {
+            auto root = self->engine->open_root(handle);
+            FilePlane plane(root.get(), self->engine->root_owner(handle));
+            return fn(plane);
+        };
+        const auto path_param = [&]() {
+            auto p = query.get("path");
+            if (!p || p->empty()) {
+                throw Problem{400, "One or more validation errors occurred.",
+                              "The 'path' query parameter is required."};
+            }
+            return *p;
+        };
+        if (op.empty() && m == "GET") {
+            const auto path = path_param();
+            const auto kind = co_await offload(
+                [with_plane, path]() { return with_plane([&](FilePlane& p) {
+                    return p.classify_read(path); }); });
+            if (kind == ReadKind::fifo) {
+                // The service never answers a FIFO read; neither do we (until shutdown).
+                asio::steady_timer forever(executor, std::chrono::hours(24));
+                boost::system::error_code ec;
+                co_await forever.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+                throw Problem{503, "ServiceUnavailable", "The emulator is shutting down."};
+            }
+            auto bytes = co_await offload([with_plane, path]() {
+                return with_plane([&](FilePlane& p) { return p.read(path, kMaxFileRead); });
+            });
+            HttpResponse r;
+            r.headers.set("Content-Type", "application/octet-stream");
+            r.body = std::move(bytes);
+            co_return r;
+        }
+        if (op.empty() && m == "PUT") {
+            const auto path = path_param();
+            const bool create_dirs = truthy(query.get("createDirs"), true);
+            std::optional<mode_t> mode;
+            if (auto text = query.get("mode"); text && !text->empty()) {
+                unsigned value = 0;
+                auto [p, ec] = std::from_chars(text->data(), text->data() + text->size(), value, 8);
+                if (ec != std::errc{} || value > 07777) {
+                    throw Problem{400, "InvalidMode", "mode must be octal permission bits."};
+                }
+                mode = static_cast<mode_t>(value);
+            }
+            const auto content = request.body;
+            co_await offload([with_plane, path, content, create_dirs, mode]() {
+                with_plane([&](FilePlane& p) {
+                    p.write(path, content, create_dirs, mode);
+                    return 0;
+                });
+            });
+            co_return json_response(200, json::object{});
+        }
+        if (op.empty() && m == "DELETE") {
+            const auto path = path_param();
+            const bool recursive = truthy(query.get("recursive"), false);
+            co_await offload([with_plane, path, recursive]() {
+                with_plane([&](FilePlane& p) {
+                    p.remove(path, recursive);
+                    return 0;
+                });
+            });
+            co_return empty_response(204);
+        }
+        if (op == "stat" && m == "GET") {
+            const auto path = path_param();
+            auto entry = co_await offload([with_plane, path]() {
+                return with_plane([&](FilePlane& p) { return p.stat(path); });
+            });
+            co_return json_response(200, entry);
+        }
+        if (op == "list" && m == "GET") {
+            const auto path = path_param();
+            auto listing = co_await offload([with_plane, path]() {
+                return with_plane([&](FilePlane& p) { return p.list(path); });
+            });
+            co_return json_response(200, listing);
+        }
+        if (op == "mkdir" && m == "POST") {
+            const auto body = parse_object_body(request.body, false);
+            const auto path = string_field(body, "path");
+            if (path.empty()) {
+                throw Problem{400, "One or more validation errors occurred.",
+                              "'path' is required."};
+            }
+            co_await offload([with_plane, path]() {
+                with_plane([&](FilePlane& p) {
+                    p.mkdir(path);
+                    return 0;
+                });
+            });
+            co_return json_response(200, json::object{});
+        }
+        throw Problem{404, "NotFound", "No data-plane route matches this path."};
+    }
+
+    // --- disk images --------------------------------------------------------------------------
+
+    HttpResponse disk_images(const HttpRequest& request, const std::vector<std::string>& rest,
+                             const Query&) {
+        const auto& m = request.method;
+        if (rest.size() == 1 && m == "GET") {
+            json::array value;
+            for (const auto& image : store.disk_images()) {
+                value.push_back(image.to_wire());
+            }
+            return json_response(200, json::object{{"value", std::move(value)}});
+        }
+        if (rest.size() == 1 && (m == "PUT" || m == "POST")) {
+            return create_disk_image(request);
+        }
+        if (rest.size() >= 2 && rest[1] == "public" && m == "GET") {
+            json::array value;
+            for (const auto& [name, image] : catalogue) {
+                if (rest.size() == 3 && rest[2] != name) {
+                    continue;
+                }
+                value.push_back(json::object{
+                    {"name", name},
+                    {"id", name},
+                    {"status", json::object{{"state", "Ready"}}},
+                    {"description", fmt::format("local image '{}' (acas-emulator)", image)},
+                    {"tags", json::object{}}});
+            }
+            if (rest.size() == 3) {
+                if (value.empty()) {
+                    throw Problem{404, "DiskImageNotFound",
+                                  fmt::format("Public disk image '{}' was not found.", rest[2])};
+                }
+                return json_response(200, value.front());
+            }
+            return json_response(200, json::object{{"value", std::move(value)}});
+        }
+        if (rest.size() == 2 && m == "GET") {
+            auto image = store.disk_image(rest[1]);
+            if (!image) {
+                throw Problem{404, "DiskImageNotFound",
+                              fmt::format("Disk image '{}' was not found.", rest[1])};
+            }
+            return json_response(200, image->to_wire());
+        }
+        if (rest.size() == 2 && m == "DELETE") {
+            auto image = store.disk_image(rest[1]);
+            if (!image) {
+                throw Problem{404, "DiskImageNotFound",
+                              fmt::format("Disk image '{}' was not found.", rest[1])};
+            }
+            store.erase_disk_image(rest[1]);
+            if (!image->local_image.empty()) {
+                auto self = shared_from_this();
+                const auto local = image->local_image;
+                asio::post(pool, [self, local]() { self->engine->remove_image(local); });
+            }
+            return empty_response(202);
+        }
+        throw Problem{404, "NotFound", "No data-plane route matches this path."};
+    }
+
+    HttpResponse create_disk_image(const HttpRequest& request) {
+        const auto body = parse_object_body(request.body, false);
+        std::string base;
+        if (const auto* image = body.if_contains("image"); image != nullptr && image->is_object()) {
+            base = string_field(image->as_object(), "base");
+        }
+        if (base.empty()) {
+            throw Problem{400, "One or more validation errors occurred.",
+                          "'image.base' is required."};
+        }
+        DiskImageDoc doc;
+        doc.id = new_guid();
+        doc.base = base;
+        doc.labels = parse_labels(body);
+        doc.name = doc.labels.count("name") ? doc.labels["name"] : std::string();
+        if (doc.name.empty()) {
+            doc.name = string_field(body, "name");
+        }
+        doc.created_at = iso_time(unix_now());
+        doc.state = "Pending";
+        store.put(doc);
+        auto self = shared_from_this();
+        asio::co_spawn(
+            executor,
+            [self, doc]() -> Task<void> {
+                DiskImageDoc done = doc;
+                const auto archive = self->registry.find(doc.base);
+                if (!archive) {
+                    done.state = "Failed";
+                    done.message = fmt::format(
+                        "failed to pull '{}': manifest unknown. The emulator's local registry "
+                        "has no such reference; run `acas-emulator images add ARCHIVE --ref {}`",
+                        doc.base, doc.base);
+                } else {
+                    std::string hex;
+                    for (char c : doc.id) {
+                        if (c != '-') {
+                            hex.push_back(c);
+                        }
+                    }
+                    const auto local = fmt::format("acas-img-{}:latest", hex);
+                    try {
+                        co_await self->offload(
+                            [self, archive, local]() { self->engine->import_image(*archive, local); });
+                        done.state = "Ready";
+                        done.local_image = local;
+                    } catch (const std::exception& e) {
+                        done.state = "Failed";
+                        done.message = fmt::format("failed to import '{}': {}", doc.base, e.what());
+                    }
+                }
+                if (self->store.disk_image(doc.id)) {
+                    self->store.put(done);
+                }
+                self->logger->info("disk image {} ({}) is {}", doc.id, doc.base, done.state);
+            },
+            asio::detached);
+        return json_response(201, doc.to_wire());
+    }
+
+    // --- lifecycle timers -----------------------------------------------------------------------
+
+    static double policy_seconds(const json::object& lifecycle, const char* policy,
+                                 std::initializer_list<const char*> keys) {
+        const auto* p = lifecycle.if_contains(policy);
+        if (p == nullptr || !p->is_object()) {
+            return 0;
+        }
+        const auto& o = p->as_object();
+        if (const auto* enabled = o.if_contains("enabled");
+            enabled != nullptr && enabled->is_bool() && !enabled->as_bool()) {
+            return 0;
+        }
+        for (const char* key : keys) {
+            if (const auto* v = o.if_contains(key); v != nullptr && v->is_number()) {
+                return v->to_number<double>();
+            }
+        }
+        return 0;
+    }
+
+    void sweep() {
+        const double now = unix_now();
+        for (const auto& doc : store.sandboxes()) {
+            const double suspend = policy_seconds(
+                doc.lifecycle, "autoSuspendPolicy",
+                {"interval", "idleTimeoutInSeconds", "idleTimeoutSeconds"});
+            const double remove = policy_seconds(doc.lifecycle, "autoDeletePolicy",
+                                                 {"deleteIntervalInSeconds",
+                                                  "deleteIntervalSeconds"});
+            if (doc.state == states::kRunning && suspend > 0 &&
+                now - doc.last_activity >= suspend) {
+                store.mutate(doc.id, [&](SandboxDoc& d) {
+                    if (d.state == states::kRunning) {
+                        d.state = states::kSuspended;
+                        d.stopped_reason = "Idle";
+                        d.stopped_at = iso_time(now);
+                        d.state_since = now;
+                    }
+                });
+                logger->info("sandbox {} auto-suspended after {}s idle", doc.id, suspend);
+            } else if ((doc.state == states::kStopped || doc.state == states::kSuspended) &&
+                       remove > 0 && now - doc.state_since >= remove) {
+                logger->info("sandbox {} auto-deleted after {}s stopped", doc.id, remove);
+                delete_sandbox(doc.id);
+            }
+        }
+    }
+
+    void start_sweeper() {
+        sweeper = std::make_shared<asio::steady_timer>(executor);
+        auto self = shared_from_this();
+        asio::co_spawn(
+            executor,
+            [self]() -> Task<void> {
+                while (!self->stopping) {
+                    self->sweeper->expires_after(std::chrono::milliseconds(500));
+                    boost::system::error_code ec;
+                    co_await self->sweeper->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+                    if (self->stopping) {
+                        break;
+                    }
+                    try {
+                        self->sweep();
+                    } catch (const std::exception& e) {
+                        self->logger->error("lifecycle sweep failed: {}", e.what());
+                    }
+                }
+            },
+            asio::detached);
+    }
+
+    // --- metrics ------------------------------------------------------------------------------
+
+    HttpResponse metrics_response() {
+        std::string out;
+        out += "# HELP acas_emulator_requests_total HTTP requests by method, route and status.\n";
+        out += "# TYPE acas_emulator_requests_total counter\n";
+        std::lock_guard lock(metrics.mutex);
+        for (const auto& [labels, count] : metrics.requests) {
+            out += fmt::format("acas_emulator_requests_total{{{}}} {}\n", labels, count);
+        }
+        out += "# HELP acas_emulator_request_seconds Request latency by route.\n";
+        out += "# TYPE acas_emulator_request_seconds summary\n";
+        for (const auto& [route, value] : metrics.latency) {
+            out += fmt::format("acas_emulator_request_seconds_sum{{route=\"{}\"}} {:.6f}\n", route,
+                               value.first);
+            out += fmt::format("acas_emulator_request_seconds_count{{route=\"{}\"}} {}\n", route,
+                               value.second);
+        }
+        out += "# HELP acas_emulator_sandboxes Sandboxes by state.\n";
+        out += "# TYPE acas_emulator_sandboxes gauge\n";
+        std::map<std::string, int> by_state;
+        for (const char* s : {states::kCreating, states::kRunning, states::kStopped,
+                              states::kSuspended, states::kDeleting, states::kFailed}) {
+            by_state[s] = 0;
+        }
+        for (const auto& doc : store.sandboxes()) {
+            ++by_state[doc.state];
+        }
+        for (const auto& [state, count] : by_state) {
+            out += fmt::format("acas_emulator_sandboxes{{state=\"{}\"}} {}\n", state, count);
+        }
+        HttpResponse r;
+        r.headers.set("Content-Type", "text/plain; version=0.0.4");
+        r.body = std::move(out);
+        return r;
+    }
+};
+
+Emulator::Emulator(boost::asio::any_io_executor executor, EmulatorOptions options,
+                   std::shared_ptr<spdlog::logger> logger)
+    : impl_(std::make_shared<Impl>(std::move(executor), std::move(options), std::move(logger))) {}
+
+Emulator::~Emulator() {
+    impl_->stopping = true;
+    if (impl_->sweeper) {
+        impl_->sweeper->cancel();
+    }
+}
+
+std::uint16_t Emulator::start() {
+    auto& impl = *impl_;
+    net::HttpServerOptions server_options;
+    server_options.host = impl.options.host;
+    server_options.port = impl.options.port;
+    if (!impl.options.plain_http) {
+        if (impl.options.tls_cert && impl.options.tls_key) {
+            server_options.tls = net::load_pem_files(*impl.options.tls_cert, *impl.options.tls_key);
+        } else {
+            auto authority = net::generate_self_signed({"localhost"}, {"127.0.0.1"});
+            net::write_file_atomically(impl.options.state_dir / "ca.pem",
+                                       authority.ca_certificate_pem, 0644);
+            server_options.tls = std::move(authority.server);
+        }
+    } else {
+        impl.scheme = "http";
+    }
+    impl.reattach();
+    std::weak_ptr<Impl> weak = impl_;
+    impl.server = std::make_unique<net::HttpServer>(
+        impl.executor, server_options, [weak](HttpRequest request) -> Task<HttpResponse> {
+            auto self = weak.lock();
+            if (!self) {
+                co_return HttpResponse{503, {}, "shutting down\n"};
+            }
+            co_return co_await self->handle(std::move(request));
+        });
+    impl.port = impl.server->start();
+    impl.start_sweeper();
+    impl.logger->info("acas-emulator {} listening on {} (state {})", impl.identity, base_url(),
+                      impl.options.state_dir.string());
+    return impl.port;
+}
+
+std::string Emulator::base_url() const {
+    return fmt::format("{}://{}:{}", impl_->scheme, impl_->options.host, impl_->port);
+}
+
+Task<void> Emulator::stop(Seconds grace) {
+    auto impl = impl_;
+    impl->stopping = true;
+    if (impl->sweeper) {
+        impl->sweeper->cancel();
+    }
+    if (impl->server) {
+        co_await impl->server->stop(grace);
+    }
+    impl->logger->info("acas-emulator stopped; sandboxes keep running");
+}
+
+}  // namespace maf_sandbox::emulator

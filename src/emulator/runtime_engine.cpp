@@ -1,0 +1,165 @@
+#include <algorithm>
+#include <boost/json/value_to.hpp>
+#include <fmt/format.h>
+
+#include "engine.hpp"
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/images.hpp"
+#include "maf_sandbox/runtime/sandbox_process.hpp"
+
+namespace maf_sandbox::emulator {
+namespace json = boost::json;
+namespace {
+
+std::uint64_t to_u64(const json::object& o, const char* key) {
+    if (auto* v = o.if_contains(key); v != nullptr && v->is_number()) {
+        return v->to_number<std::uint64_t>();
+    }
+    return 0;
+}
+
+runtime::SandboxHandle handle_of(const json::object& handle) {
+    const auto* rt = handle.if_contains("runtime");
+    if (rt == nullptr || !rt->is_object()) {
+        throw Error("the sandbox has no runtime handle; delete it and create a new one");
+    }
+    return runtime::SandboxHandle::from_runtime_json(static_cast<pid_t>(to_u64(handle, "pid")),
+                                                     to_u64(handle, "startTime"),
+                                                     rt->as_object());
+}
+
+class RuntimeEngine final : public SandboxEngine {
+public:
+    explicit RuntimeEngine(std::filesystem::path dir) : dir_(std::move(dir)), images_(dir_) {
+        std::filesystem::create_directories(dir_ / "sandboxes");
+    }
+
+    Isolation isolation() const override { return Isolation::container; }
+
+    bool has_image(const std::string& image) const override {
+        if (image == runtime::kHostImage) {
+            return true;
+        }
+        try {
+            const auto ref = runtime::parse_image_ref(image);
+            const auto all = images_.list();
+            return std::any_of(all.begin(), all.end(),
+                               [&](const runtime::ImageInfo& i) { return i.ref == ref; });
+        } catch (const Error&) {
+            return false;
+        }
+    }
+
+    void import_image(const std::filesystem::path& archive, const std::string& image) override {
+        images_.import(archive, image);
+    }
+
+    void remove_image(const std::string& image) override {
+        try {
+            images_.remove(image);
+        } catch (const InvalidArgument&) {
+            // already gone
+        }
+    }
+
+    json::object launch(const LaunchRequest& request) override {
+        const auto plan = images_.resolve(request.image);
+        std::string hex;
+        for (char c : request.id) {
+            if (c != '-') {
+                hex.push_back(c);
+            }
+        }
+        runtime::SandboxLaunch launch;
+        launch.id = hex;
+        launch.sandbox_dir = dir_ / "sandboxes" / hex;
+        std::filesystem::create_directories(launch.sandbox_dir);
+        launch.mounts = runtime::root_plan_for(plan, {});
+        // The built-in image runs as root inside its user namespace, as the service's prebuilt
+        // images do; an imported image keeps its configured USER.
+        const bool builtin = request.image == runtime::kHostImage ||
+                             request.image == fmt::format("{}:{}", runtime::kHostImage,
+                                                          runtime::kDefaultTag);
+        launch.guest_uid = builtin ? 0 : plan.uid;
+        launch.guest_gid = builtin ? 0 : plan.gid;
+        for (const auto& [k, v] : plan.env) {
+            launch.env.emplace_back(k, v);
+        }
+        for (const auto& [k, v] : request.environment) {
+            launch.env.emplace_back(k, v);
+        }
+        launch.default_cwd = plan.workdir.empty() ? "/" : plan.workdir;
+        launch.hostname = "sandbox";
+        launch.limits.pids = 4096;
+        launch.limits.memory_bytes = request.memory_bytes;
+        launch.limits.cpus = request.cpus;
+        runtime::SandboxHandle handle;
+        try {
+            handle = runtime::launch_sandbox(launch);
+        } catch (const SandboxCapabilityNotSupported&) {
+            // A limit this machine cannot enforce: the emulator's resources are advisory.
+            launch.limits = {};
+            handle = runtime::launch_sandbox(launch);
+        }
+        return json::object{{"pid", handle.pid},
+                            {"startTime", handle.start_time},
+                            {"runtime", handle.runtime_json()},
+                            {"rootUid", launch.ids.to_host(0)},
+                            {"rootGid", launch.ids.to_host(0)}};
+    }
+
+    bool alive(const json::object& handle) const override {
+        try {
+            return runtime::sandbox_alive(handle_of(handle));
+        } catch (const Error&) {
+            return false;
+        }
+    }
+
+    void destroy(const json::object& handle) override {
+        runtime::destroy_sandbox(handle_of(handle));
+    }
+
+    EngineExec exec(const json::object& handle, const std::string& command,
+                    const std::string& cwd, std::chrono::milliseconds timeout,
+                    std::uint64_t max_output_bytes) override {
+        runtime::ExecCall call;
+        call.command = command;
+        call.cwd = cwd;
+        call.timeout = timeout;
+        call.max_output_bytes = max_output_bytes;
+        const auto reply = runtime::exec_in_sandbox(handle_of(handle), call);
+        if (reply.status == runtime::ExecStatus::failed) {
+            throw Error(fmt::format("the sandbox could not run the command: {}", reply.message));
+        }
+        EngineExec out;
+        out.exit_code = reply.exit_code;
+        out.timed_out = reply.status == runtime::ExecStatus::timed_out;
+        out.stdout_head = reply.stdout_head;
+        out.stderr_head = reply.stderr_head;
+        out.stdout_total = reply.stdout_total;
+        out.stderr_total = reply.stderr_total;
+        return out;
+    }
+
+    runtime::UniqueFd open_root(const json::object& handle) override {
+        return runtime::open_sandbox_root(handle_of(handle));
+    }
+
+    FileOwner root_owner(const json::object& handle) const override {
+        return FileOwner{static_cast<uid_t>(to_u64(handle, "rootUid")),
+                         static_cast<gid_t>(to_u64(handle, "rootGid"))};
+    }
+
+private:
+    std::filesystem::path dir_;
+    runtime::ImageStore images_;
+};
+
+}  // namespace
+
+std::unique_ptr<SandboxEngine> make_runtime_engine(std::filesystem::path runtime_dir) {
+    return std::make_unique<RuntimeEngine>(std::move(runtime_dir));
+}
+
+}  // namespace maf_sandbox::emulator

@@ -1,0 +1,302 @@
+#include "state_store.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fmt/format.h>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/net/tls.hpp"
+
+namespace maf_sandbox::emulator {
+namespace json = boost::json;
+namespace {
+
+std::string str(const json::object& o, const char* key) {
+    if (auto* v = o.if_contains(key); v != nullptr && v->is_string()) {
+        return std::string(v->as_string());
+    }
+    return {};
+}
+
+double num(const json::object& o, const char* key) {
+    if (auto* v = o.if_contains(key); v != nullptr && v->is_number()) {
+        return v->to_number<double>();
+    }
+    return 0;
+}
+
+json::object obj(const json::object& o, const char* key) {
+    if (auto* v = o.if_contains(key); v != nullptr && v->is_object()) {
+        return v->as_object();
+    }
+    return {};
+}
+
+json::object labels_json(const std::map<std::string, std::string>& labels) {
+    json::object out;
+    for (const auto& [k, v] : labels) {
+        out[k] = v;
+    }
+    return out;
+}
+
+std::map<std::string, std::string> labels_of(const json::object& o) {
+    std::map<std::string, std::string> out;
+    for (const auto& [k, v] : o) {
+        if (v.is_string()) {
+            out[std::string(k)] = std::string(v.as_string());
+        }
+    }
+    return out;
+}
+
+json::object sandbox_to_state(const SandboxDoc& d) {
+    return json::object{{"id", d.id},
+                        {"labels", labels_json(d.labels)},
+                        {"state", d.state},
+                        {"stoppedReason", d.stopped_reason},
+                        {"stoppedAt", d.stopped_at},
+                        {"createdAt", d.created_at},
+                        {"sourcesRef", d.sources_ref},
+                        {"resources", d.resources},
+                        {"egressPolicy", d.egress_policy},
+                        {"lifecycle", d.lifecycle},
+                        {"environment", d.environment},
+                        {"image", d.image},
+                        {"failure", d.failure},
+                        {"handle", d.handle},
+                        {"lastActivity", d.last_activity},
+                        {"stateSince", d.state_since}};
+}
+
+SandboxDoc sandbox_from_state(const json::object& o) {
+    SandboxDoc d;
+    d.id = str(o, "id");
+    d.labels = labels_of(obj(o, "labels"));
+    d.state = str(o, "state");
+    d.stopped_reason = str(o, "stoppedReason");
+    d.stopped_at = str(o, "stoppedAt");
+    d.created_at = str(o, "createdAt");
+    d.sources_ref = obj(o, "sourcesRef");
+    d.resources = obj(o, "resources");
+    d.egress_policy = obj(o, "egressPolicy");
+    d.lifecycle = obj(o, "lifecycle");
+    d.environment = obj(o, "environment");
+    d.image = str(o, "image");
+    d.failure = str(o, "failure");
+    d.handle = obj(o, "handle");
+    d.last_activity = num(o, "lastActivity");
+    d.state_since = num(o, "stateSince");
+    return d;
+}
+
+json::object image_to_state(const DiskImageDoc& d) {
+    return json::object{{"id", d.id},           {"name", d.name},
+                        {"labels", labels_json(d.labels)},
+                        {"base", d.base},       {"state", d.state},
+                        {"message", d.message}, {"createdAt", d.created_at},
+                        {"localImage", d.local_image}};
+}
+
+DiskImageDoc image_from_state(const json::object& o) {
+    DiskImageDoc d;
+    d.id = str(o, "id");
+    d.name = str(o, "name");
+    d.labels = labels_of(obj(o, "labels"));
+    d.base = str(o, "base");
+    d.state = str(o, "state");
+    d.message = str(o, "message");
+    d.created_at = str(o, "createdAt");
+    d.local_image = str(o, "localImage");
+    return d;
+}
+
+}  // namespace
+
+double unix_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+std::string iso_time(double unix_seconds) {
+    const auto whole = static_cast<std::time_t>(std::floor(unix_seconds));
+    const auto micros = static_cast<long>((unix_seconds - static_cast<double>(whole)) * 1e6);
+    std::tm tm{};
+    ::gmtime_r(&whole, &tm);
+    char buffer[64];
+    std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%S", &tm);
+    return fmt::format("{}.{:06d}+00:00", buffer, micros);
+}
+
+std::string new_guid() {
+    static thread_local std::mt19937_64 random{std::random_device{}()};
+    const auto a = random();
+    const auto b = random();
+    // RFC 4122 version 4 layout.
+    return fmt::format("{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}", static_cast<std::uint32_t>(a >> 32),
+                       static_cast<std::uint16_t>(a >> 16), static_cast<std::uint16_t>(a) & 0xfff,
+                       (static_cast<std::uint16_t>(b >> 48) & 0x3fff) | 0x8000,
+                       b & 0xffffffffffffULL);
+}
+
+json::object SandboxDoc::to_wire(const std::string& region) const {
+    json::object out{{"id", id},
+                     {"labels", labels_json(labels)},
+                     {"vmmType", "maf-emulator"},
+                     {"sourcesRef", sources_ref},
+                     {"resources", resources},
+                     {"createdAt", created_at},
+                     {"state", state},
+                     {"ports", json::array{}},
+                     {"egressPolicy", egress_policy},
+                     {"lifecycle", lifecycle},
+                     {"region", region}};
+    if (!stopped_reason.empty()) {
+        out["stateDetails"] = json::object{{"stoppedReason", stopped_reason},
+                                           {"stoppedAt", stopped_at}};
+    }
+    if (!environment.empty()) {
+        out["environment"] = environment;
+    }
+    return out;
+}
+
+json::object DiskImageDoc::to_wire() const {
+    json::object status{{"state", state}, {"createdAt", created_at}};
+    if (!message.empty()) {
+        status["message"] = message;
+    }
+    return json::object{{"id", id},
+                        {"name", name},
+                        {"labels", labels_json(labels)},
+                        {"image", json::object{{"base", base}}},
+                        {"status", status}};
+}
+
+StateStore::StateStore(std::filesystem::path state_dir)
+    : file_(state_dir / "emulator" / "state.json") {
+    std::filesystem::create_directories(file_.parent_path());
+    std::ifstream in(file_);
+    if (!in) {
+        return;
+    }
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    boost::system::error_code ec;
+    auto value = json::parse(buffer.str(), ec);
+    if (ec || !value.is_object()) {
+        throw Error(fmt::format("the emulator state {} is not valid JSON; restore it from a backup "
+                                "or remove it to start empty",
+                                file_.string()));
+    }
+    for (const auto& item : obj(value.as_object(), "sandboxes")) {
+        if (item.value().is_object()) {
+            auto doc = sandbox_from_state(item.value().as_object());
+            sandboxes_[doc.id] = doc;
+        }
+    }
+    for (const auto& item : obj(value.as_object(), "diskImages")) {
+        if (item.value().is_object()) {
+            auto doc = image_from_state(item.value().as_object());
+            disk_images_[doc.id] = doc;
+        }
+    }
+}
+
+void StateStore::save_locked() const {
+    json::object sandboxes;
+    for (const auto& [id, doc] : sandboxes_) {
+        sandboxes[id] = sandbox_to_state(doc);
+    }
+    json::object images;
+    for (const auto& [id, doc] : disk_images_) {
+        images[id] = image_to_state(doc);
+    }
+    const json::object root{{"version", 1}, {"sandboxes", sandboxes}, {"diskImages", images}};
+    net::write_file_atomically(file_, json::serialize(root), 0600);
+}
+
+std::optional<SandboxDoc> StateStore::sandbox(const std::string& id) const {
+    std::lock_guard lock(mutex_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) {
+        return std::nullopt;
+    }
+    return it->second;
+}
+
+std::vector<SandboxDoc> StateStore::sandboxes() const {
+    std::lock_guard lock(mutex_);
+    std::vector<SandboxDoc> out;
+    for (const auto& [id, doc] : sandboxes_) {
+        out.push_back(doc);
+    }
+    std::sort(out.begin(), out.end(), [](const SandboxDoc& a, const SandboxDoc& b) {
+        return std::tie(a.created_at, a.id) < std::tie(b.created_at, b.id);
+    });
+    return out;
+}
+
+bool StateStore::mutate(const std::string& id, const std::function<void(SandboxDoc&)>& change) {
+    std::lock_guard lock(mutex_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) {
+        return false;
+    }
+    change(it->second);
+    save_locked();
+    return true;
+}
+
+void StateStore::put(const SandboxDoc& doc) {
+    std::lock_guard lock(mutex_);
+    sandboxes_[doc.id] = doc;
+    save_locked();
+}
+
+void StateStore::erase(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    sandboxes_.erase(id);
+    save_locked();
+}
+
+std::optional<DiskImageDoc> StateStore::disk_image(const std::string& id) const {
+    std::lock_guard lock(mutex_);
+    auto it = disk_images_.find(id);
+    if (it == disk_images_.end()) {
+        return std::nullopt;
+    }
+    return it->second;
+}
+
+std::vector<DiskImageDoc> StateStore::disk_images() const {
+    std::lock_guard lock(mutex_);
+    std::vector<DiskImageDoc> out;
+    for (const auto& [id, doc] : disk_images_) {
+        out.push_back(doc);
+    }
+    return out;
+}
+
+void StateStore::put(const DiskImageDoc& doc) {
+    std::lock_guard lock(mutex_);
+    disk_images_[doc.id] = doc;
+    save_locked();
+}
+
+void StateStore::erase_disk_image(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    disk_images_.erase(id);
+    save_locked();
+}
+
+}  // namespace maf_sandbox::emulator

@@ -1,0 +1,93 @@
+// Internal: the emulator's persistent state (sandboxes, labels, policies, disk images), one JSON
+// document under <state-dir>/emulator/state.json rewritten crash-safely on every change.
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace maf_sandbox::emulator {
+
+// Sandbox states as the service spells them.
+namespace states {
+inline constexpr const char* kCreating = "Creating";
+inline constexpr const char* kRunning = "Running";
+inline constexpr const char* kStopped = "Stopped";
+inline constexpr const char* kSuspended = "Suspended";
+inline constexpr const char* kDeleting = "Deleting";
+inline constexpr const char* kFailed = "Failed";
+}  // namespace states
+
+struct SandboxDoc {
+    std::string id;
+    std::map<std::string, std::string> labels;
+    std::string state = states::kCreating;
+    std::string stopped_reason;  // Idle, UserStopped ("" when never stopped)
+    std::string stopped_at;      // ISO 8601
+    std::string created_at;
+    boost::json::object sources_ref;
+    boost::json::object resources;
+    boost::json::object egress_policy;
+    boost::json::object lifecycle;
+    boost::json::object environment;
+    std::string image;  // the local image the sandbox runs
+    std::string failure;
+    boost::json::object handle;  // the engine's handle; empty until launched
+    double last_activity = 0;    // unix seconds: the last exec or file call
+    double state_since = 0;      // unix seconds: when `state` was entered
+
+    // The Sandbox resource as the service answers it (reference section 3.1).
+    boost::json::object to_wire(const std::string& region) const;
+};
+
+struct DiskImageDoc {
+    std::string id;
+    std::string name;
+    std::map<std::string, std::string> labels;
+    std::string base;  // the registry reference it was imported from
+    std::string state = "Pending";  // Pending, Ready, Failed
+    std::string message;
+    std::string created_at;
+    std::string local_image;  // the runtime image it became
+
+    boost::json::object to_wire() const;
+};
+
+class StateStore {
+public:
+    // Loads <dir>/emulator/state.json when present. Throws Error when it is unreadable.
+    explicit StateStore(std::filesystem::path state_dir);
+
+    // Every accessor copies under the lock; mutate() applies a change and persists it.
+    std::optional<SandboxDoc> sandbox(const std::string& id) const;
+    std::vector<SandboxDoc> sandboxes() const;
+    // Applies `change` to the sandbox (absent: returns false) and persists.
+    bool mutate(const std::string& id, const std::function<void(SandboxDoc&)>& change);
+    void put(const SandboxDoc& doc);
+    void erase(const std::string& id);
+
+    std::optional<DiskImageDoc> disk_image(const std::string& id) const;
+    std::vector<DiskImageDoc> disk_images() const;
+    void put(const DiskImageDoc& doc);
+    void erase_disk_image(const std::string& id);
+
+private:
+    void save_locked() const;
+
+    std::filesystem::path file_;
+    mutable std::mutex mutex_;
+    std::map<std::string, SandboxDoc> sandboxes_;
+    std::map<std::string, DiskImageDoc> disk_images_;
+};
+
+// Helpers shared by the routes.
+double unix_now();
+std::string iso_time(double unix_seconds);
+std::string new_guid();
+
+}  // namespace maf_sandbox::emulator

@@ -1,0 +1,26 @@
+// Running blocking work (socket waits, file copies, process teardown) on a thread pool while the
+// calling coroutine waits, so the event loop never blocks.
+#pragma once
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "maf_sandbox/core/sandbox.hpp"
+
+namespace maf_sandbox::local {
+
+// Deliberately not a coroutine itself: GCC 12 mishandles callable coroutine parameters (double
+// destruction), so the work is parked in a shared_ptr that the pool-side coroutine owns.
+template <typename F>
+Task<std::invoke_result_t<F>> off_loop(boost::asio::thread_pool& pool, F work) {
+    using R = std::invoke_result_t<F>;
+    auto shared = std::make_shared<F>(std::move(work));
+    return boost::asio::co_spawn(
+        pool.get_executor(), [shared]() -> Task<R> { co_return (*shared)(); }, boost::asio::use_awaitable);
+}
+
+}  // namespace maf_sandbox::local

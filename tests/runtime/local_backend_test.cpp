@@ -1,0 +1,128 @@
+// LocalBackend over the real runtime: warm reuse by key, per-call creation, disposal by scope,
+// native files, and the core conformance suites it declares.
+#include <gtest/gtest.h>
+
+#include "maf_sandbox/core/conformance.hpp"
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/run_blocking.hpp"
+#include "maf_sandbox/local/local_backend.hpp"
+#include "sandbox_fixture.hpp"
+
+namespace maf_sandbox::local {
+namespace {
+
+using runtime::testing::StateDir;
+
+SandboxSpec spec_for(IsolationScope scope = IsolationScope::conversation) {
+    SandboxSpecFields fields;
+    fields.kind = "shell";
+    fields.isolation_scope = scope;
+    return SandboxSpec(fields);
+}
+
+LocalBackendConfig config_for(const StateDir& state) {
+    LocalBackendConfig config;
+    config.state_dir = state.path();
+    config.memory_bytes = 512ull << 20;
+    return config;
+}
+
+TEST(LocalBackend, AcquireReusesByKeyAndDisposeScopeRemovesEverything) {
+    StateDir state;
+    LocalBackend backend(config_for(state));
+    const SandboxKey key{"scope-a", "thread-1", "agent", ""};
+    auto first = run_blocking(backend.acquire(key, spec_for()));
+    auto second = run_blocking(backend.acquire(key, spec_for()));
+    ExecRequest request;
+    request.command = std::string("echo $PWD; id -u; echo warm > marker; touch w && ls -ld . | cut -c1-4");
+    const auto a = run_blocking(first->exec(request));
+    EXPECT_EQ(a.stdout_bytes, "/maf-sandbox/work\n1000\ndrwx\n") << a.stderr_bytes;
+    request.command = std::vector<std::string>{"cat", "marker"};
+    EXPECT_EQ(run_blocking(second->exec(request)).stdout_bytes, "warm\n");
+    EXPECT_EQ(backend.list({}).size(), 1u);
+
+    const SandboxKey other{"scope-a", "thread-2", "agent", ""};
+    run_blocking(backend.acquire(other, spec_for()));
+    EXPECT_EQ(backend.list({}).size(), 2u);
+
+    const auto purge = run_blocking(backend.dispose_scope("scope-a", "thread-1"));
+    EXPECT_EQ(purge.disposed, 1);
+    EXPECT_FALSE(purge.undisposed);
+    EXPECT_EQ(backend.list({}).size(), 1u);
+    EXPECT_FALSE(run_blocking(backend.dispose(other, std::nullopt)));
+    EXPECT_TRUE(backend.list({}).empty());
+    EXPECT_THROW(run_blocking(first->exec(request)), SandboxOutputUnreachable);
+}
+
+TEST(LocalBackend, EveryAcquireAtCallScopeCreates) {
+    StateDir state;
+    LocalBackend backend(config_for(state));
+    const SandboxKey key{"s", "t", "a", "call-1"};
+    run_blocking(backend.acquire(key, spec_for(IsolationScope::call)));
+    run_blocking(backend.acquire(key, spec_for(IsolationScope::call)));
+    EXPECT_EQ(backend.list({}).size(), 2u);
+    EXPECT_EQ(run_blocking(backend.dispose_scope("s", "t")).disposed, 2);
+}
+
+TEST(LocalBackend, FilesAreNativeOwnedByTheGuestAndOutputOverTheCapRaises) {
+    StateDir state;
+    LocalBackend backend(config_for(state));
+    auto sandbox = run_blocking(backend.acquire({"s", "t", "a", ""}, spec_for()));
+    run_blocking(sandbox->write_file("dir/a.txt", "hello", ""));
+    ExecRequest request;
+    request.command = std::string("stat -c '%u %s' dir/a.txt; ln -s /etc/passwd link");
+    EXPECT_EQ(run_blocking(sandbox->exec(request)).stdout_bytes, "1000 5\n");
+    EXPECT_EQ(run_blocking(sandbox->read_file("dir/a.txt", "", 100)), "hello");
+    const auto link = run_blocking(sandbox->stat_file("link", ""));
+    ASSERT_TRUE(link);
+    EXPECT_EQ(link->kind, EntryKind::symlink);
+    EXPECT_THROW(run_blocking(sandbox->read_file("link", "", 100)), FileError);
+    EXPECT_THROW(run_blocking(sandbox->read_file("dir/a.txt", "", 2)), SandboxTransferCapExceeded);
+
+    request.command = std::string("head -c 5000 /dev/zero");
+    request.max_output_bytes = 1000;
+    try {
+        run_blocking(sandbox->exec(request));
+        ADD_FAILURE() << "no output-limit error";
+    } catch (const ExecOutputLimitExceeded& e) {
+        EXPECT_EQ(e.stdout_head().size(), 1000u);
+        EXPECT_EQ(e.total_bytes(), 5000u);
+    }
+    request.command = std::string("sleep 5");
+    request.max_output_bytes.reset();
+    request.timeout = Seconds(0.5);
+    EXPECT_THROW(run_blocking(sandbox->exec(request)), Timeout);
+    run_blocking(backend.dispose_scope("s", "t"));
+}
+
+TEST(LocalBackend, BadInputCreatesNothing) {
+    StateDir state;
+    LocalBackend backend(config_for(state));
+    SandboxSpecFields fields;
+    fields.kind = "shell";
+    fields.image = "no-such-image:1";
+    EXPECT_THROW(run_blocking(backend.acquire({"s", "t", "a", ""}, SandboxSpec(fields))), InvalidArgument);
+    EXPECT_TRUE(backend.list({}).empty());
+    EXPECT_THROW(backend.list({"not a selector"}), InvalidArgument);
+}
+
+TEST(LocalBackendConformance, FilesOutFilesInExecAndFilesDeleteSuitesPass) {
+    StateDir state;
+    LocalBackend backend(config_for(state));
+    SandboxSpecFields fields;
+    fields.kind = "conformance";
+    fields.requires_capabilities = backend.declarations().capabilities;
+    auto sandbox = run_blocking(backend.acquire({"conf", "t", "a", ""}, SandboxSpec(fields)));
+    PosixGuestSubject subject(sandbox, sandbox->base_directory(), backend.declarations().capabilities);
+    for (auto* suite : {&assert_files_out_conformance, &assert_files_in_conformance, &assert_exec_conformance,
+                        &assert_files_delete_conformance}) {
+        const auto results = run_blocking(suite(subject));
+        for (const auto& result : results) {
+            EXPECT_NE(result.status, ProbeStatus::failed) << result.name << ": " << result.detail;
+        }
+    }
+    run_blocking(backend.dispose_scope("conf", "t"));
+}
+
+}  // namespace
+}  // namespace maf_sandbox::local
