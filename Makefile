@@ -3,8 +3,9 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
+BACKEND    ?= acas
 
-.PHONY: all bootstrap build build-asan demo test test-main test-asan format clean
+.PHONY: all bootstrap build build-asan demo test test-main test-asan format clean bench
 
 all: build
 
@@ -24,7 +25,7 @@ build-asan: bootstrap $(ASAN_BUILD)/build.ninja
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 demo: build
-	@scripts/demo $(BUILD)
+	@BACKEND=$(BACKEND) scripts/demo $(BUILD)
 
 test: build build-asan
 	$(MAKE) --no-print-directory test-main test-asan
@@ -40,3 +41,7 @@ format:
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# Benchmarks (not tests): baselines and ours side by side in one run, ratios printed last.
+bench: build
+	@scripts/bench $(BUILD)

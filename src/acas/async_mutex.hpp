@@ -3,10 +3,10 @@
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <deque>
 #include <memory>
@@ -17,9 +17,9 @@
 namespace maf_sandbox::acas::detail {
 
 class AsyncMutex : public std::enable_shared_from_this<AsyncMutex> {
-public:
+  public:
     class Guard {
-    public:
+      public:
         Guard() = default;
         explicit Guard(std::shared_ptr<AsyncMutex> owner) : owner_(std::move(owner)) {}
         Guard(Guard&& other) noexcept : owner_(std::move(other.owner_)) {}
@@ -36,7 +36,7 @@ public:
             }
         }
 
-    private:
+      private:
         std::shared_ptr<AsyncMutex> owner_;
     };
 
@@ -53,7 +53,8 @@ public:
             waiters_.push_back(waiter);
         }
         boost::system::error_code error;
-        co_await waiter->timer.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, error));
+        co_await waiter->timer.async_wait(
+            boost::asio::redirect_error(boost::asio::use_awaitable, error));
         {
             std::lock_guard lock(mutex_);
             if (waiter->granted) {
@@ -70,7 +71,7 @@ public:
         return locked_;
     }
 
-private:
+  private:
     struct Waiter {
         explicit Waiter(boost::asio::any_io_executor executor) : timer(executor) {
             timer.expires_at(boost::asio::steady_timer::time_point::max());

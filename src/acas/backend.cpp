@@ -2,11 +2,13 @@
 
 #include <openssl/rand.h>
 
+#include <fmt/format.h>
+#include <spdlog/logger.h>
+#include <boost/asio/execution/context.hpp>
+#include <boost/asio/query.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <fmt/format.h>
-#include <spdlog/logger.h>
 
 #include "backend_state.hpp"
 #include "images.hpp"
@@ -24,7 +26,8 @@ namespace asio = boost::asio;
 namespace {
 
 constexpr const char* kAcquireLabel = "acquire";
-const std::set<std::string> kReservedLabels = {"scope", "thread", "agent", "kind", "call", kAcquireLabel};
+const std::set<std::string> kReservedLabels = {"scope", "thread", "agent",
+                                               "kind",  "call",   kAcquireLabel};
 
 std::string random_hex(std::size_t bytes) {
     std::vector<unsigned char> raw(bytes);
@@ -32,7 +35,8 @@ std::string random_hex(std::size_t bytes) {
         throw Error("the host's random number generator failed; retry");
     }
     std::string out;
-    for (auto b : raw) out += fmt::format("{:02x}", b);
+    for (auto b : raw)
+        out += fmt::format("{:02x}", b);
     return out;
 }
 
@@ -47,20 +51,25 @@ bool needs_storage(const SandboxSpec& spec) {
     return false;
 }
 
-bool needs(const SandboxSpec& spec, Capability c) { return spec->requires_capabilities.count(c) > 0; }
+bool needs(const SandboxSpec& spec, Capability c) {
+    return spec->requires_capabilities.count(c) > 0;
+}
 
 // The labels a key's sandbox of one kind is found by (no spec extras, no acquire nonce).
 std::map<std::string, std::string> key_selector(const SandboxKey& key,
                                                 const std::optional<std::string>& kind) {
     auto labels = scope_selector(key.scope, key.thread_id);
     labels["agent"] = label_value(key.agent_dir);
-    if (!key.call_id.empty()) labels["call"] = label_value(key.call_id);
-    if (kind) labels["kind"] = label_value(*kind);
+    if (!key.call_id.empty())
+        labels["call"] = label_value(key.call_id);
+    if (kind)
+        labels["kind"] = label_value(*kind);
     return labels;
 }
 
 std::string storage_base(const SandboxSpec& spec) {
-    if (!spec->work_dir) return kDefaultWorkDir;
+    if (!spec->work_dir)
+        return kDefaultWorkDir;
     const auto& dir = *spec->work_dir;
     if (dir.empty() || dir.front() != '/' || dir.find('\\') != std::string::npos ||
         dir.find('\0') != std::string::npos || normpath(dir) != dir || dir == "/") {
@@ -88,8 +97,10 @@ AcasBackend::AcasBackend(AcasSandboxConfig config)
     : state_(std::make_shared<State>(std::move(config))) {
     if (!state_->config.silence_preview_warning) {
         state_->log->warn(
-            "the ACAS backend targets Azure Container Apps Sandboxes, a preview service (api-version "
-            "{}); its API may change or be removed without notice. Set silence_preview_warning once "
+            "the ACAS backend targets Azure Container Apps Sandboxes, a preview service "
+            "(api-version "
+            "{}); its API may change or be removed without notice. Set silence_preview_warning "
+            "once "
             "you have read this.",
             kApiVersion);
     }
@@ -98,7 +109,8 @@ AcasBackend::AcasBackend(AcasSandboxConfig config)
 AcasBackend::~AcasBackend() = default;
 
 Isolation AcasBackend::isolation() const {
-    if (!state_->emulator) return Isolation::microvm;
+    if (!state_->emulator)
+        return Isolation::microvm;
     std::lock_guard lock(state_->mutex);
     // Until the emulator has named its rung, claim nothing.
     return state_->rung.value_or(Isolation::none);
@@ -106,7 +118,7 @@ Isolation AcasBackend::isolation() const {
 
 BackendDeclarations AcasBackend::declarations() const {
     BackendDeclarations d;
-    d.capabilities = {Capability::exec,       Capability::files_in,   Capability::files_out,
+    d.capabilities = {Capability::exec,       Capability::files_in,     Capability::files_out,
                       Capability::files_list, Capability::files_delete, Capability::host_tools};
     d.limits = state_->config.limits;
     d.egress_modes = {Egress::allowlist, Egress::closed};
@@ -119,14 +131,16 @@ std::optional<std::string> AcasBackend::held_sandbox_id(const SandboxKey& key,
                                                         const std::string& kind) const {
     std::lock_guard lock(state_->mutex);
     const auto found = state_->held.find({key, kind});
-    if (found == state_->held.end()) return std::nullopt;
+    if (found == state_->held.end())
+        return std::nullopt;
     return found->second->id;
 }
 
 std::size_t AcasBackend::requests_sent() const {
     std::lock_guard lock(state_->mutex);
     std::size_t total = state_->requests_of_closed_clients;
-    for (const auto& entry : state_->pool) total += entry->client->stats().requests;
+    for (const auto& entry : state_->pool)
+        total += entry->client->stats().requests;
     return total;
 }
 
@@ -135,16 +149,31 @@ Task<void> AcasBackend::discover() {
     AcasCredentialRequest request;
     request.operation = AcasOperation::acquire;
     auto binding = co_await state_->resolve(std::move(request));
-    auto lease = co_await state_->lease(binding);
-    co_await lease->list_prebuilt_images(deadline_after(state_->config.client_wait));
+    {
+        auto lease = co_await state_->lease(binding);
+        co_await lease->list_prebuilt_images(deadline_after(state_->config.client_wait));
+    }
+    // discover() may run on a short-lived io_context (the CLI's): drop its client so a later
+    // context allocated at the same address never inherits a client bound to a dead one.
+    auto executor = co_await asio::this_coro::executor;
+    const void* context = &asio::query(executor, asio::execution::context);
+    std::lock_guard lock(state_->mutex);
+    std::erase_if(state_->pool, [&](const auto& entry) {
+        if (entry->context != context || entry->leases > 0)
+            return false;
+        state_->requests_of_closed_clients += entry->client->stats().requests;
+        entry->client->close();
+        return true;
+    });
 }
 
 namespace {
 
 // Marks (scope, thread) as having an acquire in flight; refuses while a purge runs.
 class AcquireTicket {
-public:
-    AcquireTicket(std::shared_ptr<AcasBackend::State> state, std::pair<std::string, std::string> conversation)
+  public:
+    AcquireTicket(std::shared_ptr<AcasBackend::State> state,
+                  std::pair<std::string, std::string> conversation)
         : state_(std::move(state)), conversation_(std::move(conversation)) {
         std::lock_guard lock(state_->mutex);
         if (state_->purging[conversation_] > 0) {
@@ -155,28 +184,31 @@ public:
     }
     ~AcquireTicket() {
         std::lock_guard lock(state_->mutex);
-        if (--state_->acquiring[conversation_] == 0) state_->acquiring.erase(conversation_);
+        if (--state_->acquiring[conversation_] == 0)
+            state_->acquiring.erase(conversation_);
     }
     AcquireTicket(const AcquireTicket&) = delete;
     AcquireTicket& operator=(const AcquireTicket&) = delete;
 
-private:
+  private:
     std::shared_ptr<AcasBackend::State> state_;
     std::pair<std::string, std::string> conversation_;
 };
 
 class PurgeTicket {
-public:
-    PurgeTicket(std::shared_ptr<AcasBackend::State> state, std::pair<std::string, std::string> conversation)
+  public:
+    PurgeTicket(std::shared_ptr<AcasBackend::State> state,
+                std::pair<std::string, std::string> conversation)
         : state_(std::move(state)), conversation_(std::move(conversation)) {}
     ~PurgeTicket() {
         std::lock_guard lock(state_->mutex);
-        if (--state_->purging[conversation_] == 0) state_->purging.erase(conversation_);
+        if (--state_->purging[conversation_] == 0)
+            state_->purging.erase(conversation_);
     }
     PurgeTicket(const PurgeTicket&) = delete;
     PurgeTicket& operator=(const PurgeTicket&) = delete;
 
-private:
+  private:
     std::shared_ptr<AcasBackend::State> state_;
     std::pair<std::string, std::string> conversation_;
 };
@@ -202,7 +234,8 @@ Task<CreateSandboxRequest> image_source(AcasBackend::State& state, AcasClient& c
         std::sort(names.begin(), names.end());
         if (std::find(names.begin(), names.end(), image) == names.end()) {
             std::string listed;
-            for (const auto& n : names) listed += (listed.empty() ? "" : ", ") + n;
+            for (const auto& n : names)
+                listed += (listed.empty() ? "" : ", ") + n;
             throw InvalidArgument(fmt::format(
                 "'{}' is not in the service's prebuilt image catalogue. It provides: {}. A private "
                 "image needs its tag (repo:tag), qualified by the configured registry",
@@ -216,7 +249,8 @@ Task<CreateSandboxRequest> image_source(AcasBackend::State& state, AcasClient& c
     const auto reference = images::qualify(image, state.config.registry);
     {
         std::lock_guard lock(state.mutex);
-        if (auto found = state.disk_image_cache.find(reference); found != state.disk_image_cache.end()) {
+        if (auto found = state.disk_image_cache.find(reference);
+            found != state.disk_image_cache.end()) {
             request.disk_image_id = found->second;
             co_return request;
         }
@@ -249,7 +283,8 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
     }
     for (const auto& [label, value] : spec->labels) {
         if (kReservedLabels.count(label)) {
-            throw InvalidArgument(fmt::format("reserved sandbox label '{}' in the spec; rename it", label));
+            throw InvalidArgument(
+                fmt::format("reserved sandbox label '{}' in the spec; rename it", label));
         }
     }
     for (const auto& rule : spec->egress_allow) {
@@ -288,14 +323,17 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
     std::set<std::string> retained;
     {
         std::lock_guard lock(state->mutex);
-        if (auto found = state->retained.find(slot); found != state->retained.end()) retained = found->second;
+        if (auto found = state->retained.find(slot); found != state->retained.end())
+            retained = found->second;
     }
     for (const auto& id : retained) {
-        const auto failure = co_await state->delete_and_wait(client, id, std::min(Seconds{30.0}, config.delete_timeout));
+        const auto failure = co_await state->delete_and_wait(
+            client, id, std::min(Seconds{30.0}, config.delete_timeout));
         std::lock_guard lock(state->mutex);
         if (!failure) {
             state->retained[slot].erase(id);
-            if (state->retained[slot].empty()) state->retained.erase(slot);
+            if (state->retained[slot].empty())
+                state->retained.erase(slot);
         }
     }
     {
@@ -310,12 +348,14 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
     std::shared_ptr<HeldSandbox> held;
     {
         std::lock_guard lock(state->mutex);
-        if (auto found = state->held.find(slot); found != state->held.end()) held = found->second;
+        if (auto found = state->held.find(slot); found != state->held.end())
+            held = found->second;
     }
     if (held) {
         if (held->egress != wanted_egress) {
             throw AcasEgressPolicyConflict(fmt::format(
-                "the warm sandbox of this key and kind was created with egress {} and the spec asks "
+                "the warm sandbox of this key and kind was created with egress {} and the spec "
+                "asks "
                 "for {}; the original is kept. Dispose the kind (and require success) before "
                 "changing policy, or use another key",
                 describe(held->egress), describe(wanted_egress)));
@@ -326,7 +366,8 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
                 held->base, base));
         }
         try {
-            co_await client.ensure_running(held->id, config.poll_interval, deadline_after(config.resume_timeout));
+            co_await client.ensure_running(held->id, config.poll_interval,
+                                           deadline_after(config.resume_timeout));
             state->log->info("sandbox reused: {}", held->id);
         } catch (const AcasServiceError& e) {
             if (e.status() != 404) {
@@ -348,14 +389,16 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
             return (conversation_key && info.labels.count("call")) ||
                    net::iequals(info.state, "Deleting") || net::iequals(info.state, "Failed");
         });
-        std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+        std::sort(found.begin(), found.end(),
+                  [](const auto& a, const auto& b) { return a.id < b.id; });
         if (!found.empty()) {
             const auto& info = found.front();
             const auto existing = egress_of(info);
             if (existing != wanted_egress) {
                 throw AcasEgressPolicyConflict(fmt::format(
                     "the live sandbox {} of this key and kind was created with egress {} and the "
-                    "spec asks for {}; the original is kept. Dispose the kind before changing policy",
+                    "spec asks for {}; the original is kept. Dispose the kind before changing "
+                    "policy",
                     info.id, describe(existing), describe(wanted_egress)));
             }
             auto adopted = std::make_shared<HeldSandbox>();
@@ -365,7 +408,8 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
             adopted->base = base;
             adopted->egress = existing;
             adopted->binding = binding;
-            co_await client.ensure_running(info.id, config.poll_interval, deadline_after(config.resume_timeout));
+            co_await client.ensure_running(info.id, config.poll_interval,
+                                           deadline_after(config.resume_timeout));
             std::lock_guard lock(state->mutex);
             state->held[slot] = adopted;
             held = adopted;
@@ -376,11 +420,13 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
     bool fresh = false;
     std::string nonce;
     if (!held) {
-        auto request = co_await image_source(*state, client, spec, deadline_after(config.client_wait));
+        auto request =
+            co_await image_source(*state, client, spec, deadline_after(config.client_wait));
         request.labels = sandbox_labels(key, spec);
         nonce = random_hex(12);
         request.labels[kAcquireLabel] = nonce;
-        for (const auto& host : wanted_egress.hosts) request.allow_hosts.push_back(host);
+        for (const auto& host : wanted_egress.hosts)
+            request.allow_hosts.push_back(host);
         request.auto_suspend_seconds = config.auto_suspend_seconds;
         fresh = true;
         std::exception_ptr failure;
@@ -414,11 +460,13 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
             state->log->warn("acquire failed while creating a sandbox; removing what it made");
             {
                 std::lock_guard lock(state->mutex);
-                if (held && state->held[slot] == held) state->held.erase(slot);
+                if (held && state->held[slot] == held)
+                    state->held.erase(slot);
             }
             // Found by the acquire nonce: also reaches a sandbox whose create answer was lost.
             std::set<std::string> ids;
-            if (held) ids.insert(held->id);
+            if (held)
+                ids.insert(held->id);
             std::map<std::string, std::string> nonce_selector;
             nonce_selector[kAcquireLabel] = nonce;
             try {
@@ -430,7 +478,9 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
                 state->log->warn("listing the orphans of a failed acquire failed: {}", e.what());
             }
             for (const auto& id : ids) {
-                if (co_await state->delete_and_wait(client, id, std::min(Seconds{60.0}, config.delete_timeout))) {
+                const auto orphan_failure = co_await state->delete_and_wait(
+                    client, id, std::min(Seconds{60.0}, config.delete_timeout));
+                if (orphan_failure) {
                     std::lock_guard lock(state->mutex);
                     state->retained[slot].insert(id);
                 }
@@ -444,7 +494,8 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
         const auto probe_deadline = deadline_after(config.probe_timeout);
         co_await probes::run_acquire_probes(*state, client, held, spec, probe_deadline);
         if (storage) {
-            co_await probes::ensure_storage_base(*state, client, held, deadline_after(config.read_timeout));
+            co_await probes::ensure_storage_base(*state, client, held,
+                                                 deadline_after(config.read_timeout));
         }
     } catch (...) {
         failure = std::current_exception();
@@ -452,7 +503,8 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
     if (failure) {
         if (fresh || is_cancellation(failure)) {
             co_await asio::this_coro::reset_cancellation_state();
-            if (fresh) co_await state->invalidate(held, "acquire could not prepare it");
+            if (fresh)
+                co_await state->invalidate(held, "acquire could not prepare it");
         }
         std::rethrow_exception(failure);
     }
@@ -462,7 +514,8 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
     co_return std::make_shared<AcasSandbox>(state, held);
 }
 
-Task<std::optional<DisposalFailure>> AcasBackend::dispose(SandboxKey key, std::optional<std::string> kind) {
+Task<std::optional<DisposalFailure>> AcasBackend::dispose(SandboxKey key,
+                                                          std::optional<std::string> kind) {
     auto state = state_;
     State::Operation operation(state);
     std::vector<std::optional<DisposalFailure>> failures;
@@ -479,7 +532,8 @@ Task<std::optional<DisposalFailure>> AcasBackend::dispose(SandboxKey key, std::o
         }
         for (auto it = state->retained.begin(); it != state->retained.end();) {
             if (it->first.first == key && (!kind || it->first.second == *kind)) {
-                for (const auto& id : it->second) ids[id] = it->first.second;
+                for (const auto& id : it->second)
+                    ids[id] = it->first.second;
                 it = state->retained.erase(it);
             } else {
                 ++it;
@@ -495,10 +549,13 @@ Task<std::optional<DisposalFailure>> AcasBackend::dispose(SandboxKey key, std::o
         auto binding = co_await state->resolve(std::move(credential_request));
         auto lease = co_await state->lease(binding);
         try {
-            for (const auto& info : co_await lease->list_sandboxes(key_selector(key, kind),
-                                                                   deadline_after(state->config.client_wait))) {
-                if (key.call_id.empty() && info.labels.count("call")) continue;
-                if (!ids.count(info.id)) ids[info.id] = kind.value_or(info.labels.count("kind") ? info.labels.at("kind") : "");
+            for (const auto& info : co_await lease->list_sandboxes(
+                     key_selector(key, kind), deadline_after(state->config.client_wait))) {
+                if (key.call_id.empty() && info.labels.count("call"))
+                    continue;
+                if (!ids.count(info.id))
+                    ids[info.id] =
+                        kind.value_or(info.labels.count("kind") ? info.labels.at("kind") : "");
             }
         } catch (const boost::system::system_error&) {
             throw;
@@ -507,7 +564,8 @@ Task<std::optional<DisposalFailure>> AcasBackend::dispose(SandboxKey key, std::o
             failures.push_back(DisposalFailure{DisposalCode::unlisted, e.what()});
         }
         for (const auto& [id, sandbox_kind] : ids) {
-            auto failure = co_await state->delete_and_wait(lease.client(), id, state->config.delete_timeout);
+            auto failure =
+                co_await state->delete_and_wait(lease.client(), id, state->config.delete_timeout);
             if (failure) {
                 std::lock_guard lock(state->mutex);
                 state->retained[{key, sandbox_kind}].insert(id);
@@ -518,7 +576,8 @@ Task<std::optional<DisposalFailure>> AcasBackend::dispose(SandboxKey key, std::o
         throw;
     } catch (const std::exception& e) {
         std::lock_guard lock(state->mutex);
-        for (const auto& [id, sandbox_kind] : ids) state->retained[{key, sandbox_kind}].insert(id);
+        for (const auto& [id, sandbox_kind] : ids)
+            state->retained[{key, sandbox_kind}].insert(id);
         failures.push_back(DisposalFailure{DisposalCode::unreachable, e.what()});
     }
     co_return fold_disposal_failures(failures);
@@ -551,7 +610,8 @@ Task<ScopePurge> AcasBackend::dispose_scope(std::string scope, std::string threa
         }
         for (auto it = state->retained.begin(); it != state->retained.end();) {
             if (it->first.first.scope == scope && it->first.first.thread_id == thread_id) {
-                for (const auto& id : it->second) ids.emplace(id, it->first);
+                for (const auto& id : it->second)
+                    ids.emplace(id, it->first);
                 it = state->retained.erase(it);
             } else {
                 ++it;
@@ -568,8 +628,8 @@ Task<ScopePurge> AcasBackend::dispose_scope(std::string scope, std::string threa
         auto binding = co_await state->resolve(std::move(credential_request));
         auto lease = co_await state->lease(binding);
         try {
-            for (const auto& info : co_await lease->list_sandboxes(scope_selector(scope, thread_id),
-                                                                   deadline_after(state->config.client_wait))) {
+            for (const auto& info : co_await lease->list_sandboxes(
+                     scope_selector(scope, thread_id), deadline_after(state->config.client_wait))) {
                 ids.emplace(info.id, SlotKey{SandboxKey{scope, thread_id, "", ""}, ""});
             }
         } catch (const boost::system::system_error&) {
@@ -579,7 +639,8 @@ Task<ScopePurge> AcasBackend::dispose_scope(std::string scope, std::string threa
             failures.push_back(DisposalFailure{DisposalCode::unlisted, e.what()});
         }
         for (const auto& [id, slot] : ids) {
-            auto failure = co_await state->delete_and_wait(lease.client(), id, state->config.delete_timeout);
+            auto failure =
+                co_await state->delete_and_wait(lease.client(), id, state->config.delete_timeout);
             if (failure) {
                 std::lock_guard lock(state->mutex);
                 state->retained[slot].insert(id);
@@ -613,14 +674,16 @@ Task<void> AcasBackend::close() {
             std::lock_guard lock(state->mutex);
             still_running = state->active;
         }
-        if (still_running == 0 || SteadyClock::now() >= give_up) break;
+        if (still_running == 0 || SteadyClock::now() >= give_up)
+            break;
         pause.expires_after(std::chrono::milliseconds(10));
         co_await pause.async_wait(asio::use_awaitable);
     }
     std::vector<std::shared_ptr<State::PoolEntry>> entries;
     {
         std::lock_guard lock(state->mutex);
-        for (const auto& entry : state->pool) state->requests_of_closed_clients += entry->client->stats().requests;
+        for (const auto& entry : state->pool)
+            state->requests_of_closed_clients += entry->client->stats().requests;
         entries.swap(state->pool);
     }
     // Each client is closed on its own io_context; sandboxes are never touched.

@@ -1,5 +1,10 @@
 #include "backend_state.hpp"
 
+#include <fmt/format.h>
+#include <spdlog/logger.h>
+#include <spdlog/sinks/null_sink.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
@@ -8,9 +13,6 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cctype>
-#include <fmt/format.h>
-#include <spdlog/logger.h>
-#include <spdlog/sinks/null_sink.h>
 
 #include "maf_sandbox/acas/errors.hpp"
 #include "maf_sandbox/net/http.hpp"
@@ -21,7 +23,8 @@ namespace asio = boost::asio;
 
 namespace {
 std::string lower(std::string text) {
-    for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (auto& c : text)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return text;
 }
 }  // namespace
@@ -29,8 +32,10 @@ std::string lower(std::string text) {
 EgressRecord egress_of(const SandboxSpec& spec) {
     EgressRecord record;
     record.mode = spec->egress;
-    for (const auto& host : spec->egress_allow) record.hosts.insert(lower(host));
-    if (record.mode == Egress::allowlist && record.hosts.empty()) record.mode = Egress::closed;
+    for (const auto& host : spec->egress_allow)
+        record.hosts.insert(lower(host));
+    if (record.mode == Egress::allowlist && record.hosts.empty())
+        record.mode = Egress::closed;
     return record;
 }
 
@@ -40,14 +45,16 @@ EgressRecord egress_of(const SandboxInfo& info) {
         record.mode = Egress::unrestricted;
         return record;
     }
-    for (const auto& host : info.egress_hosts) record.hosts.insert(lower(host));
+    for (const auto& host : info.egress_hosts)
+        record.hosts.insert(lower(host));
     record.mode = record.hosts.empty() ? Egress::closed : Egress::allowlist;
     return record;
 }
 
 std::string describe(const EgressRecord& record) {
     std::string hosts;
-    for (const auto& host : record.hosts) hosts += (hosts.empty() ? "" : ", ") + host;
+    for (const auto& host : record.hosts)
+        hosts += (hosts.empty() ? "" : ", ") + host;
     return fmt::format("{}{}{}{}", to_string(record.mode), hosts.empty() ? "" : " [", hosts,
                        hosts.empty() ? "" : "]");
 }
@@ -135,7 +142,8 @@ Task<ClientLease> AcasBackend::State::lease(const Binding& binding) {
             std::shared_ptr<PoolEntry> idle_oldest;
             std::size_t on_loop = 0;
             for (const auto& entry : pool) {
-                if (entry->context != context) continue;
+                if (entry->context != context)
+                    continue;
                 ++on_loop;
                 if (entry->authority == binding.authority &&
                     entry->generation == binding.generation) {
@@ -143,7 +151,8 @@ Task<ClientLease> AcasBackend::State::lease(const Binding& binding) {
                     entry->last_used = SteadyClock::now();
                     co_return ClientLease(shared_from_this(), entry);
                 }
-                if (entry->leases == 0 && (!idle_oldest || entry->last_used < idle_oldest->last_used)) {
+                if (entry->leases == 0 &&
+                    (!idle_oldest || entry->last_used < idle_oldest->last_used)) {
                     idle_oldest = entry;
                 }
             }
@@ -194,7 +203,8 @@ Task<ClientLease> AcasBackend::State::lease(const Binding& binding) {
 std::shared_ptr<detail::AsyncMutex> AcasBackend::State::lock_for(const SlotKey& slot) {
     std::lock_guard lock(mutex);
     auto& entry = locks[slot];
-    if (!entry) entry = std::make_shared<detail::AsyncMutex>();
+    if (!entry)
+        entry = std::make_shared<detail::AsyncMutex>();
     return entry;
 }
 
@@ -210,40 +220,68 @@ Task<std::optional<DisposalFailure>> AcasBackend::State::delete_and_wait(AcasCli
                                                                          Seconds budget) {
     const auto deadline = deadline_after(budget);
     try {
-        if (co_await client.delete_sandbox(id, deadline)) {
+        const bool deleted = co_await client.delete_sandbox(id, deadline);
+        if (deleted) {
             co_await client.wait_until_deleted(id, config.poll_interval, deadline);
         }
         log->info("sandbox deleted: {}", id);
         co_return std::nullopt;
     } catch (const Timeout& e) {
         log->warn("deleting sandbox {} timed out: {}", id, e.what());
-        co_return DisposalFailure{DisposalCode::timeout, fmt::format("sandbox {}: {}", id, e.what())};
+        co_return DisposalFailure{DisposalCode::timeout,
+                                  fmt::format("sandbox {}: {}", id, e.what())};
     } catch (const AcasServiceUnreachable& e) {
         log->warn("deleting sandbox {} failed: {}", id, e.what());
-        co_return DisposalFailure{DisposalCode::unreachable, fmt::format("sandbox {}: {}", id, e.what())};
+        co_return DisposalFailure{DisposalCode::unreachable,
+                                  fmt::format("sandbox {}: {}", id, e.what())};
     } catch (const net::NetError& e) {
-        co_return DisposalFailure{DisposalCode::unreachable, fmt::format("sandbox {}: {}", id, e.what())};
+        co_return DisposalFailure{DisposalCode::unreachable,
+                                  fmt::format("sandbox {}: {}", id, e.what())};
     } catch (const boost::system::system_error&) {
         throw;
     } catch (const std::exception& e) {
         log->warn("deleting sandbox {} was refused: {}", id, e.what());
-        co_return DisposalFailure{DisposalCode::refused, fmt::format("sandbox {}: {}", id, e.what())};
+        co_return DisposalFailure{DisposalCode::refused,
+                                  fmt::format("sandbox {}: {}", id, e.what())};
     }
 }
 
-Task<void> AcasBackend::State::invalidate(std::shared_ptr<HeldSandbox> sandbox, std::string reason) {
+bool AcasBackend::State::mark_invalid(const std::shared_ptr<HeldSandbox>& sandbox,
+                                      const std::string& reason) {
     if (sandbox->invalidated.exchange(true)) {
-        co_return;  // someone else is already disposing it
+        return false;  // someone else is already disposing it
     }
     const SlotKey slot{sandbox->key, sandbox->kind};
-    {
-        std::lock_guard lock(mutex);
-        if (auto found = held.find(slot); found != held.end() && found->second == sandbox) {
-            held.erase(found);
-        }
-        retained[slot].insert(sandbox->id);
+    std::lock_guard lock(mutex);
+    if (auto found = held.find(slot); found != held.end() && found->second == sandbox) {
+        held.erase(found);
     }
+    // Retained until the deletion succeeds: acquire for this key and kind waits for it.
+    retained[slot].insert(sandbox->id);
     log->warn("sandbox {} invalidated ({}); disposing it", sandbox->id, reason);
+    return true;
+}
+
+void AcasBackend::State::invalidate_in_background(std::shared_ptr<HeldSandbox> sandbox,
+                                                  std::string reason,
+                                                  boost::asio::any_io_executor executor) {
+    if (!mark_invalid(sandbox, reason)) return;
+    asio::co_spawn(
+        executor,
+        [self = shared_from_this(), sandbox]() -> Task<void> {
+            co_await self->dispose_invalidated(sandbox);
+        },
+        asio::detached);
+}
+
+Task<void> AcasBackend::State::invalidate(std::shared_ptr<HeldSandbox> sandbox,
+                                          std::string reason) {
+    if (!mark_invalid(sandbox, reason)) co_return;
+    co_await dispose_invalidated(std::move(sandbox));
+}
+
+Task<void> AcasBackend::State::dispose_invalidated(std::shared_ptr<HeldSandbox> sandbox) {
+    const SlotKey slot{sandbox->key, sandbox->kind};
     co_await asio::this_coro::reset_cancellation_state();
     std::optional<DisposalFailure> failure;
     try {
@@ -257,11 +295,13 @@ Task<void> AcasBackend::State::invalidate(std::shared_ptr<HeldSandbox> sandbox, 
         std::lock_guard lock(mutex);
         if (auto found = retained.find(slot); found != retained.end()) {
             found->second.erase(sandbox->id);
-            if (found->second.empty()) retained.erase(found);
+            if (found->second.empty())
+                retained.erase(found);
         }
     } else {
-        log->warn("sandbox {} could not be disposed after invalidation; the next acquire retries: {}",
-                  sandbox->id, failure->detail);
+        log->warn(
+            "sandbox {} could not be disposed after invalidation; the next acquire retries: {}",
+            sandbox->id, failure->detail);
     }
 }
 
@@ -279,10 +319,13 @@ ClientLease& ClientLease::operator=(ClientLease&& other) noexcept {
     return *this;
 }
 
-ClientLease::~ClientLease() { release(); }
+ClientLease::~ClientLease() {
+    release();
+}
 
 void ClientLease::release() {
-    if (!entry_) return;
+    if (!entry_)
+        return;
     state_->observe(*entry_->client);
     std::lock_guard lock(state_->mutex);
     --entry_->leases;

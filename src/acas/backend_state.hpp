@@ -93,13 +93,13 @@ struct AcasBackend::State : std::enable_shared_from_this<AcasBackend::State> {
 
     // Counts a running operation for close(); throws AcasBackendClosed after close().
     class Operation {
-    public:
+      public:
         explicit Operation(std::shared_ptr<State> state);
         ~Operation();
         Operation(const Operation&) = delete;
         Operation& operator=(const Operation&) = delete;
 
-    private:
+      private:
         std::shared_ptr<State> state_;
     };
 
@@ -114,10 +114,16 @@ struct AcasBackend::State : std::enable_shared_from_this<AcasBackend::State> {
                                                          Seconds budget);
     // Marks the sandbox unusable, forgets it and deletes it (retaining the id on failure).
     Task<void> invalidate(std::shared_ptr<HeldSandbox> sandbox, std::string reason);
+    // Marks it now and deletes it on `executor` without making the caller wait (a timed-out exec
+    // must report its timeout on time).
+    void invalidate_in_background(std::shared_ptr<HeldSandbox> sandbox, std::string reason,
+                                  boost::asio::any_io_executor executor);
+    bool mark_invalid(const std::shared_ptr<HeldSandbox>& sandbox, const std::string& reason);
+    Task<void> dispose_invalidated(std::shared_ptr<HeldSandbox> sandbox);
 };
 
 class ClientLease {
-public:
+  public:
     ClientLease() = default;
     ClientLease(std::shared_ptr<AcasBackend::State> state,
                 std::shared_ptr<AcasBackend::State::PoolEntry> entry);
@@ -127,14 +133,14 @@ public:
     AcasClient& client() const { return *entry_->client; }
     AcasClient* operator->() const { return entry_->client.get(); }
 
-private:
+  private:
     void release();
     std::shared_ptr<AcasBackend::State> state_;
     std::shared_ptr<AcasBackend::State::PoolEntry> entry_;
 };
 
 class AcasSandbox : public Sandbox {
-public:
+  public:
     AcasSandbox(std::shared_ptr<AcasBackend::State> state, std::shared_ptr<HeldSandbox> held);
 
     std::string base_directory() const override;
@@ -156,7 +162,7 @@ public:
     // The unconfined, no-follow stat the ancestor walk runs on (absolute path).
     Task<std::optional<SandboxEntry>> raw_stat(std::string absolute_path, Deadline deadline);
 
-private:
+  private:
     void require_usable() const;
 
     std::shared_ptr<AcasBackend::State> state_;

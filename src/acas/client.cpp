@@ -2,15 +2,15 @@
 
 #include <openssl/rand.h>
 
+#include <fmt/format.h>
+#include <spdlog/logger.h>
+#include <spdlog/sinks/null_sink.h>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <ctime>
-#include <fmt/format.h>
 #include <mutex>
-#include <spdlog/logger.h>
-#include <spdlog/sinks/null_sink.h>
 
 #include "client_impl.hpp"
 #include "maf_sandbox/acas/errors.hpp"
@@ -29,7 +29,8 @@ void require_path_segment(std::string_view value, std::string_view what) {
         value.find('\\') != std::string_view::npos || value.find("..") != std::string_view::npos ||
         value.find('\0') != std::string_view::npos) {
         throw InvalidArgument(fmt::format(
-            "{} must be non-empty and must not contain '/', '\\', '..' or NUL; fix the value", what));
+            "{} must be non-empty and must not contain '/', '\\', '..' or NUL; fix the value",
+            what));
     }
 }
 
@@ -42,17 +43,19 @@ std::string new_request_id() {
     }
     b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
     b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
-    return fmt::format("{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-                       b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
-                       b[12], b[13], b[14], b[15]);
+    return fmt::format(
+        "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:"
+        "02x}{:02x}",
+        b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+        b[14], b[15]);
 }
 
 std::string query_encode(std::string_view text) {
     static constexpr char kHex[] = "0123456789ABCDEF";
     std::string out;
     for (unsigned char c : text) {
-        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-            c == '_' || c == '.' || c == '~' || c == '/') {
+        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
             out.push_back(static_cast<char>(c));
         } else {
             out.push_back('%');
@@ -98,7 +101,8 @@ bool is_retryable_status(int status) {
 std::string problem_code(const std::string& body) {
     boost::system::error_code error;
     auto value = boost::json::parse(body, error);
-    if (error || !value.is_object()) return {};
+    if (error || !value.is_object())
+        return {};
     const auto& object = value.as_object();
     if (const auto* title = object.if_contains("title"); title && title->is_string()) {
         return std::string(title->as_string());
@@ -116,7 +120,8 @@ std::string problem_code(const std::string& body) {
 AcasClient::Impl::Impl(asio::any_io_executor ex, AcasClientOptions o)
     : executor(ex), options(std::move(o)) {
     if (!options.log) {
-        options.log = std::make_shared<spdlog::logger>("acas", std::make_shared<spdlog::sinks::null_sink_mt>());
+        options.log = std::make_shared<spdlog::logger>(
+            "acas", std::make_shared<spdlog::sinks::null_sink_mt>());
     }
     if (!options.credential) {
         throw InvalidArgument("the ACAS client needs a credential");
@@ -133,8 +138,9 @@ AcasClient::Impl::Impl(asio::any_io_executor ex, AcasClientOptions o)
     require_path_segment(options.subscription_id, "the subscription id");
     require_path_segment(options.resource_group, "the resource group");
     require_path_segment(options.sandbox_group, "the sandbox group");
-    group_path = fmt::format("/subscriptions/{}/resourceGroups/{}/sandboxGroups/{}",
-                             options.subscription_id, options.resource_group, options.sandbox_group);
+    group_path =
+        fmt::format("/subscriptions/{}/resourceGroups/{}/sandboxGroups/{}", options.subscription_id,
+                    options.resource_group, options.sandbox_group);
     net::HttpClientOptions http_options;
     http_options.ca_file = options.ca_file;
     http_options.user_agent = std::string(kUserAgent);
@@ -194,8 +200,8 @@ Task<net::HttpResponse> AcasClient::Impl::send(std::string method, std::string u
     for (;;) {
         ++attempt;
         if (remaining().count() <= 0) {
-            throw Timeout(fmt::format("the ACAS request {} did not finish before its deadline",
-                                      method));
+            throw Timeout(
+                fmt::format("the ACAS request {} did not finish before its deadline", method));
         }
         std::vector<std::string> scopes(1, std::string(azure::kDataPlaneScope));
         auto token = co_await options.credential->get_token(std::move(scopes));
@@ -214,7 +220,8 @@ Task<net::HttpResponse> AcasClient::Impl::send(std::string method, std::string u
         {
             std::lock_guard lock(mutex);
             ++stats.requests;
-            if (attempt > 1) ++stats.retries;
+            if (attempt > 1)
+                ++stats.retries;
         }
         net::HttpResponse response;
         std::optional<std::string> transport_failure;
@@ -222,7 +229,8 @@ Task<net::HttpResponse> AcasClient::Impl::send(std::string method, std::string u
         try {
             response = co_await http->send(
                 std::move(request),
-                net::RequestOptions{Seconds(std::max(0.001, remaining().count())), max_response_bytes});
+                net::RequestOptions{Seconds(std::max(0.001, remaining().count())),
+                                    max_response_bytes});
         } catch (const net::ResponseTooLarge& e) {
             throw AcasServiceError(
                 fmt::format("the ACAS answer to {} exceeded {} bytes; it was dropped", method,
@@ -233,8 +241,8 @@ Task<net::HttpResponse> AcasClient::Impl::send(std::string method, std::string u
                 throw AcasRequestOutcomeUnknown(
                     "the exec request was sent and its deadline expired before an answer");
             }
-            throw Timeout(fmt::format("the ACAS request {} did not finish before its deadline",
-                                      method));
+            throw Timeout(
+                fmt::format("the ACAS request {} did not finish before its deadline", method));
         } catch (const net::NetError& e) {
             transport_failure = e.what();
             sent = e.request_sent();
@@ -279,8 +287,10 @@ Task<net::HttpResponse> AcasClient::Impl::send(std::string method, std::string u
                 status, code);
         }
         if (status == 403) {
-            if (!forbidden_since) forbidden_since = SteadyClock::now();
-            const auto waited = std::chrono::duration<double>(SteadyClock::now() - *forbidden_since);
+            if (!forbidden_since)
+                forbidden_since = SteadyClock::now();
+            const auto waited =
+                std::chrono::duration<double>(SteadyClock::now() - *forbidden_since);
             const auto pause = retry_after.value_or(backoff());
             if (waited + pause < options.retry.forbidden_window && pause < remaining() &&
                 attempt < options.retry.max_attempts) {
@@ -319,8 +329,9 @@ Task<net::HttpResponse> AcasClient::Impl::send(std::string method, std::string u
                 }
             }
             throw AcasServiceError(
-                fmt::format("the ACAS service kept failing (HTTP {}) after {} attempts; retry later",
-                            status, attempt),
+                fmt::format(
+                    "the ACAS service kept failing (HTTP {}) after {} attempts; retry later",
+                    status, attempt),
                 status, code);
         }
         co_return response;
@@ -342,7 +353,9 @@ AcasClientStats AcasClient::stats() const {
     return impl_->stats;
 }
 
-void AcasClient::close() { impl_->http->close_idle(); }
+void AcasClient::close() {
+    impl_->http->close_idle();
+}
 
 std::string AcasClient::url(std::string_view path, std::string_view query) const {
     std::string out = impl_->options.endpoint + impl_->group_path + std::string(path) +

@@ -1,10 +1,10 @@
 // The data-plane operations: routes and payloads of acas-rest-api.md section 4.
+#include <fmt/format.h>
+#include <spdlog/logger.h>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
-#include <fmt/format.h>
-#include <spdlog/logger.h>
 
 #include "client_impl.hpp"
 #include "maf_sandbox/acas/errors.hpp"
@@ -19,10 +19,9 @@ namespace {
 
 [[noreturn]] void raise_status(const net::HttpResponse& response, std::string_view what) {
     const auto code = detail::problem_code(response.body);
-    throw AcasServiceError(
-        fmt::format("the ACAS service refused to {} (HTTP {}{}{})", what, response.status,
-                    code.empty() ? "" : ", ", code),
-        response.status, code);
+    throw AcasServiceError(fmt::format("the ACAS service refused to {} (HTTP {}{}{})", what,
+                                       response.status, code.empty() ? "" : ", ", code),
+                           response.status, code);
 }
 
 json::value parse_json(const net::HttpResponse& response, std::string_view what) {
@@ -36,9 +35,13 @@ json::value parse_json(const net::HttpResponse& response, std::string_view what)
     return value;
 }
 
-std::string path_query(std::string_view path) { return "path=" + detail::query_encode(path); }
+std::string path_query(std::string_view path) {
+    return "path=" + detail::query_encode(path);
+}
 
-bool state_is(const std::string& state, std::string_view wanted) { return net::iequals(state, wanted); }
+bool state_is(const std::string& state, std::string_view wanted) {
+    return net::iequals(state, wanted);
+}
 
 Task<void> pause(asio::any_io_executor executor, Seconds interval, Deadline deadline) {
     asio::steady_timer timer(executor);
@@ -53,7 +56,8 @@ Task<SandboxInfo> AcasClient::create_sandbox(CreateSandboxRequest request, Deadl
     const auto body = json::serialize(wire::create_body(request));
     auto response = co_await impl_->send("PUT", url("/sandboxes"), body, "application/json",
                                          Replay::throttle_only, deadline);
-    if (response.status >= 300) raise_status(response, "create a sandbox");
+    if (response.status >= 300)
+        raise_status(response, "create a sandbox");
     auto info = wire::parse_sandbox(parse_json(response, "create"));
     if (info.id.empty()) {
         throw AcasServiceError("the ACAS create answer named no sandbox id", response.status,
@@ -64,10 +68,12 @@ Task<SandboxInfo> AcasClient::create_sandbox(CreateSandboxRequest request, Deadl
 
 Task<std::optional<SandboxInfo>> AcasClient::get_sandbox(std::string id, Deadline deadline) {
     require_path_segment(id, "the sandbox id");
-    auto response = co_await impl_->send("GET", url("/sandboxes/" + id), {}, {}, Replay::idempotent,
-                                         deadline);
-    if (response.status == 404) co_return std::nullopt;
-    if (response.status >= 300) raise_status(response, "read a sandbox");
+    auto response =
+        co_await impl_->send("GET", url("/sandboxes/" + id), {}, {}, Replay::idempotent, deadline);
+    if (response.status == 404)
+        co_return std::nullopt;
+    if (response.status >= 300)
+        raise_status(response, "read a sandbox");
     co_return wire::parse_sandbox(parse_json(response, "get sandbox"));
 }
 
@@ -75,17 +81,20 @@ Task<std::vector<SandboxInfo>> AcasClient::list_sandboxes(std::map<std::string, 
                                                           Deadline deadline) {
     std::string selector;
     for (const auto& [key, value] : labels) {
-        if (!selector.empty()) selector += ',';
+        if (!selector.empty())
+            selector += ',';
         selector += key + "=" + value;
     }
-    std::string next = url("/sandboxes", selector.empty() ? "" : "labels=" + detail::query_encode(selector));
+    std::string next =
+        url("/sandboxes", selector.empty() ? "" : "labels=" + detail::query_encode(selector));
     std::vector<SandboxInfo> out;
     for (int page = 0; !next.empty(); ++page) {
         if (page > 1000) {
             throw AcasServiceError("the ACAS listing did not end after 1000 pages", 0, "Paging");
         }
         auto response = co_await impl_->send("GET", next, {}, {}, Replay::idempotent, deadline);
-        if (response.status >= 300) raise_status(response, "list sandboxes");
+        if (response.status >= 300)
+            raise_status(response, "list sandboxes");
         auto value = parse_json(response, "list sandboxes");
         next.clear();
         const json::array* items = nullptr;
@@ -93,9 +102,10 @@ Task<std::vector<SandboxInfo>> AcasClient::list_sandboxes(std::map<std::string, 
             items = &value.as_array();
         } else if (value.is_object()) {
             const auto& object = value.as_object();
-            if (const auto* v = object.if_contains("value"); v && v->is_array()) items = &v->as_array();
-            if (const auto* link = object.if_contains("nextLink"); link && link->is_string() &&
-                                                                   !link->as_string().empty()) {
+            if (const auto* v = object.if_contains("value"); v && v->is_array())
+                items = &v->as_array();
+            if (const auto* link = object.if_contains("nextLink");
+                link && link->is_string() && !link->as_string().empty()) {
                 next = std::string(link->as_string());
                 wire::require_same_origin(next, impl_->endpoint_host, impl_->endpoint_port);
             }
@@ -106,13 +116,15 @@ Task<std::vector<SandboxInfo>> AcasClient::list_sandboxes(std::map<std::string, 
         }
         for (const auto& item : *items) {
             auto info = wire::parse_sandbox(item);
-            // The service filters by label; checking again keeps a lax server from widening a purge.
+            // The service filters by label; checking again keeps a lax server from widening a
+            // purge.
             bool matches = true;
             for (const auto& [key, value] : labels) {
                 const auto found = info.labels.find(key);
                 matches = matches && found != info.labels.end() && found->second == value;
             }
-            if (matches && !info.id.empty()) out.push_back(std::move(info));
+            if (matches && !info.id.empty())
+                out.push_back(std::move(info));
         }
     }
     co_return out;
@@ -122,16 +134,20 @@ Task<bool> AcasClient::delete_sandbox(std::string id, Deadline deadline) {
     require_path_segment(id, "the sandbox id");
     auto response = co_await impl_->send("DELETE", url("/sandboxes/" + id), {}, {},
                                          Replay::idempotent, deadline);
-    if (response.status == 404) co_return false;
-    if (response.status >= 300) raise_status(response, "delete a sandbox");
+    if (response.status == 404)
+        co_return false;
+    if (response.status >= 300)
+        raise_status(response, "delete a sandbox");
     co_return true;
 }
 
 Task<SandboxInfo> AcasClient::wait_until_running(std::string id, Seconds interval,
                                                  Deadline deadline) {
     for (;;) {
-        if (auto info = co_await get_sandbox(id, deadline)) {
-            if (state_is(info->state, "Running")) co_return *info;
+        auto info = co_await get_sandbox(id, deadline);
+        if (info) {
+            if (state_is(info->state, "Running"))
+                co_return *info;
             if (state_is(info->state, "Failed") || state_is(info->state, "Deleting")) {
                 throw AcasServiceError(
                     fmt::format("sandbox {} reached state {} instead of Running", id, info->state),
@@ -147,7 +163,9 @@ Task<SandboxInfo> AcasClient::wait_until_running(std::string id, Seconds interva
 
 Task<void> AcasClient::wait_until_deleted(std::string id, Seconds interval, Deadline deadline) {
     for (;;) {
-        if (!co_await get_sandbox(id, deadline)) co_return;
+        const auto still_there = co_await get_sandbox(id, deadline);
+        if (!still_there)
+            break;
         if (SteadyClock::now() >= deadline) {
             throw Timeout(fmt::format("sandbox {} was still present at its deadline", id));
         }
@@ -158,9 +176,11 @@ Task<void> AcasClient::wait_until_deleted(std::string id, Seconds interval, Dead
 Task<SandboxInfo> AcasClient::ensure_running(std::string id, Seconds interval, Deadline deadline) {
     auto info = co_await get_sandbox(id, deadline);
     if (!info) {
-        throw AcasServiceError(fmt::format("sandbox {} no longer exists", id), 404, "SandboxNotFound");
+        throw AcasServiceError(fmt::format("sandbox {} no longer exists", id), 404,
+                               "SandboxNotFound");
     }
-    if (state_is(info->state, "Running")) co_return *info;
+    if (state_is(info->state, "Running"))
+        co_return *info;
     if (state_is(info->state, "Deleting") || state_is(info->state, "Failed")) {
         throw AcasServiceError(fmt::format("sandbox {} is {}", id, info->state), 0, info->state);
     }
@@ -184,7 +204,8 @@ Task<void> AcasClient::set_lifecycle(std::string id, LifecyclePolicy policy, Dea
     auto response = co_await impl_->send("POST", url("/sandboxes/" + id + "/lifecycle"),
                                          json::serialize(wire::lifecycle_body(policy)),
                                          "application/json", Replay::idempotent, deadline);
-    if (response.status >= 300) raise_status(response, "set the lifecycle policy");
+    if (response.status >= 300)
+        raise_status(response, "set the lifecycle policy");
 }
 
 Task<ExecAnswer> AcasClient::exec(std::string id, std::string command,
@@ -192,11 +213,13 @@ Task<ExecAnswer> AcasClient::exec(std::string id, std::string command,
                                   std::size_t max_response_bytes) {
     require_path_segment(id, "the sandbox id");
     json::object body{{"command", command}};
-    if (working_directory) body["workingDirectory"] = *working_directory;
+    if (working_directory)
+        body["workingDirectory"] = *working_directory;
     auto response = co_await impl_->send("POST", url("/sandboxes/" + id + "/executeShellCommand"),
                                          json::serialize(body), "application/json", Replay::exec,
                                          deadline, max_response_bytes);
-    if (response.status >= 300) raise_status(response, "run a command");
+    if (response.status >= 300)
+        raise_status(response, "run a command");
     if (const auto encoding = response.headers.get("Content-Encoding");
         encoding && !net::iequals(*encoding, "identity")) {
         throw AcasServiceError("the exec answer came compressed although identity was asked for",
@@ -208,10 +231,13 @@ Task<ExecAnswer> AcasClient::exec(std::string id, std::string command,
 Task<std::optional<json::object>> AcasClient::stat_raw(std::string id, std::string path,
                                                        Deadline deadline) {
     require_path_segment(id, "the sandbox id");
-    auto response = co_await impl_->send("GET", url("/sandboxes/" + id + "/files/stat", path_query(path)),
-                                         {}, {}, Replay::idempotent, deadline, kMiB);
-    if (response.status == 404) co_return std::nullopt;
-    if (response.status >= 300) raise_status(response, "stat a file");
+    auto response =
+        co_await impl_->send("GET", url("/sandboxes/" + id + "/files/stat", path_query(path)), {},
+                             {}, Replay::idempotent, deadline, kMiB);
+    if (response.status == 404)
+        co_return std::nullopt;
+    if (response.status >= 300)
+        raise_status(response, "stat a file");
     auto value = parse_json(response, "stat");
     if (!value.is_object()) {
         throw AcasEntryPayloadIncomplete(
@@ -223,10 +249,13 @@ Task<std::optional<json::object>> AcasClient::stat_raw(std::string id, std::stri
 Task<std::optional<json::object>> AcasClient::list_raw(std::string id, std::string path,
                                                        Deadline deadline) {
     require_path_segment(id, "the sandbox id");
-    auto response = co_await impl_->send("GET", url("/sandboxes/" + id + "/files/list", path_query(path)),
-                                         {}, {}, Replay::idempotent, deadline, 16 * kMiB);
-    if (response.status == 404) co_return std::nullopt;
-    if (response.status >= 300) raise_status(response, "list a directory");
+    auto response =
+        co_await impl_->send("GET", url("/sandboxes/" + id + "/files/list", path_query(path)), {},
+                             {}, Replay::idempotent, deadline, 16 * kMiB);
+    if (response.status == 404)
+        co_return std::nullopt;
+    if (response.status >= 300)
+        raise_status(response, "list a directory");
     auto value = parse_json(response, "list");
     if (!value.is_object()) {
         throw AcasEntryPayloadIncomplete("the ACAS listing is not an object");
@@ -245,12 +274,15 @@ Task<std::optional<std::string>> AcasClient::read_file(std::string id, std::stri
     } catch (const AcasServiceError& e) {
         if (e.code() == "ResponseTooLarge") {
             throw SandboxTransferCapExceeded(fmt::format(
-                "the file is larger than the {}-byte cap; it was refused, not truncated", max_bytes));
+                "the file is larger than the {}-byte cap; it was refused, not truncated",
+                max_bytes));
         }
         throw;
     }
-    if (response.status == 404) co_return std::nullopt;
-    if (response.status >= 300) raise_status(response, "read a file");
+    if (response.status == 404)
+        co_return std::nullopt;
+    if (response.status >= 300)
+        raise_status(response, "read a file");
     if (response.body.size() > max_bytes) {
         throw SandboxTransferCapExceeded(fmt::format(
             "the file is larger than the {}-byte cap; it was refused, not truncated", max_bytes));
@@ -264,7 +296,8 @@ Task<void> AcasClient::write_file(std::string id, std::string path, std::string 
     auto response = co_await impl_->send(
         "PUT", url("/sandboxes/" + id + "/files", path_query(path) + "&createDirs=true"),
         std::move(bytes), "application/octet-stream", Replay::idempotent, deadline);
-    if (response.status >= 300) raise_status(response, "write a file");
+    if (response.status >= 300)
+        raise_status(response, "write a file");
 }
 
 Task<bool> AcasClient::delete_file(std::string id, std::string path, bool recursive,
@@ -275,8 +308,10 @@ Task<bool> AcasClient::delete_file(std::string id, std::string path, bool recurs
         url("/sandboxes/" + id + "/files",
             path_query(path) + (recursive ? "&recursive=true" : "&recursive=false")),
         {}, {}, Replay::idempotent, deadline);
-    if (response.status == 404) co_return false;
-    if (response.status >= 300) raise_status(response, "delete a file");
+    if (response.status == 404)
+        co_return false;
+    if (response.status >= 300)
+        raise_status(response, "delete a file");
     co_return true;
 }
 
@@ -286,9 +321,10 @@ Task<void> AcasClient::mkdir(std::string id, std::string path, Deadline deadline
     json::object body;
     body["path"] = path;
     auto response = co_await impl_->send("POST", url("/sandboxes/" + id + "/files/mkdir"),
-                                         json::serialize(body),
-                                         "application/json", Replay::idempotent, deadline);
-    if (response.status >= 300) raise_status(response, "create a directory");
+                                         json::serialize(body), "application/json",
+                                         Replay::idempotent, deadline);
+    if (response.status >= 300)
+        raise_status(response, "create a directory");
 }
 
 Task<std::vector<std::string>> AcasClient::list_prebuilt_images(Deadline deadline) {
@@ -296,10 +332,12 @@ Task<std::vector<std::string>> AcasClient::list_prebuilt_images(Deadline deadlin
     std::string next = url("/diskimages/public");
     while (!next.empty()) {
         auto response = co_await impl_->send("GET", next, {}, {}, Replay::idempotent, deadline);
-        if (response.status >= 300) raise_status(response, "list the prebuilt images");
+        if (response.status >= 300)
+            raise_status(response, "list the prebuilt images");
         auto page = wire::parse_page(parse_json(response, "list prebuilt images"));
         next = page.next_link;
-        if (!next.empty()) wire::require_same_origin(next, impl_->endpoint_host, impl_->endpoint_port);
+        if (!next.empty())
+            wire::require_same_origin(next, impl_->endpoint_host, impl_->endpoint_port);
         for (const auto& item : page.items) {
             if (item.is_object()) {
                 if (const auto* name = item.as_object().if_contains("name");
@@ -317,11 +355,14 @@ Task<std::vector<DiskImageInfo>> AcasClient::list_disk_images(Deadline deadline)
     std::string next = url("/diskimages");
     while (!next.empty()) {
         auto response = co_await impl_->send("GET", next, {}, {}, Replay::idempotent, deadline);
-        if (response.status >= 300) raise_status(response, "list the disk images");
+        if (response.status >= 300)
+            raise_status(response, "list the disk images");
         auto page = wire::parse_page(parse_json(response, "list disk images"));
         next = page.next_link;
-        if (!next.empty()) wire::require_same_origin(next, impl_->endpoint_host, impl_->endpoint_port);
-        for (const auto& item : page.items) images.push_back(wire::parse_disk_image(item));
+        if (!next.empty())
+            wire::require_same_origin(next, impl_->endpoint_host, impl_->endpoint_port);
+        for (const auto& item : page.items)
+            images.push_back(wire::parse_disk_image(item));
     }
     co_return images;
 }
@@ -329,19 +370,23 @@ Task<std::vector<DiskImageInfo>> AcasClient::list_disk_images(Deadline deadline)
 Task<DiskImageInfo> AcasClient::create_disk_image(std::string base, std::optional<std::string> name,
                                                   Deadline deadline) {
     json::object body{{"image", json::object{{"base", base}}}};
-    if (name) body["labels"] = json::object{{"name", *name}};
+    if (name)
+        body["labels"] = json::object{{"name", *name}};
     auto response = co_await impl_->send("PUT", url("/diskimages"), json::serialize(body),
                                          "application/json", Replay::throttle_only, deadline);
-    if (response.status >= 300) raise_status(response, "import a disk image");
+    if (response.status >= 300)
+        raise_status(response, "import a disk image");
     co_return wire::parse_disk_image(parse_json(response, "create disk image"));
 }
 
 Task<std::optional<DiskImageInfo>> AcasClient::get_disk_image(std::string id, Deadline deadline) {
     require_path_segment(id, "the disk image id");
-    auto response = co_await impl_->send("GET", url("/diskimages/" + id), {}, {},
-                                         Replay::idempotent, deadline);
-    if (response.status == 404) co_return std::nullopt;
-    if (response.status >= 300) raise_status(response, "read a disk image");
+    auto response =
+        co_await impl_->send("GET", url("/diskimages/" + id), {}, {}, Replay::idempotent, deadline);
+    if (response.status == 404)
+        co_return std::nullopt;
+    if (response.status >= 300)
+        raise_status(response, "read a disk image");
     co_return wire::parse_disk_image(parse_json(response, "get disk image"));
 }
 

@@ -8,7 +8,8 @@ namespace maf_sandbox::acas {
 
 void AcasSandboxConfig::validate() const {
     if (endpoint.empty()) {
-        throw InvalidArgument("the ACAS endpoint is not set; pass --endpoint or ACAS_SANDBOX_ENDPOINT");
+        throw InvalidArgument(
+            "the ACAS endpoint is not set; pass --endpoint or ACAS_SANDBOX_ENDPOINT");
     }
     const auto parsed = net::parse_http_url(endpoint);
     if (!parsed.is_https()) {
@@ -18,7 +19,8 @@ void AcasSandboxConfig::validate() const {
         throw InvalidArgument("the ACAS endpoint must not end with '/'; drop the trailing slash");
     }
     if (parsed.target != "/") {
-        throw InvalidArgument("the ACAS endpoint is a bare origin (https://host[:port]); drop the path");
+        throw InvalidArgument(
+            "the ACAS endpoint is a bare origin (https://host[:port]); drop the path");
     }
     require_path_segment(subscription_id, "the subscription id (--subscription-id)");
     require_path_segment(resource_group, "the resource group (--resource-group)");
@@ -50,7 +52,8 @@ void AcasSandboxConfig::validate() const {
 }
 
 bool AcasSandboxConfig::emulator_mode() const {
-    if (emulator) return true;
+    if (emulator)
+        return true;
     try {
         return net::is_loopback_host(net::parse_http_url(endpoint).host);
     } catch (const InvalidArgument&) {

@@ -16,11 +16,14 @@ std::string new_token() {
         throw Error("the host's random number generator failed; retry the command");
     }
     std::string token = "maf-exec-";
-    for (unsigned char b : bytes) token += fmt::format("{:02x}", b);
+    for (unsigned char b : bytes)
+        token += fmt::format("{:02x}", b);
     return token;
 }
 
-std::string scratch_dir(const std::string& token) { return "/tmp/" + token; }
+std::string scratch_dir(const std::string& token) {
+    return "/tmp/" + token;
+}
 
 std::string capture_command(const std::string& token, const std::string& user_command,
                             std::uint64_t limit, const std::optional<std::string>& stdin_path) {
@@ -49,18 +52,23 @@ std::string capture_command(const std::string& token, const std::string& user_co
 }
 
 std::optional<Manifest> parse_manifest(const std::string& token, const std::string& text) {
-    if (text.size() > kManifestMaxBytes || text.empty() || text.back() != '\n') return std::nullopt;
+    if (text.size() > kManifestMaxBytes || text.empty() || text.back() != '\n')
+        return std::nullopt;
     const std::string line = text.substr(0, text.size() - 1);
-    if (line.find('\n') != std::string::npos) return std::nullopt;
+    if (line.find('\n') != std::string::npos)
+        return std::nullopt;
     std::vector<std::string> fields;
     std::size_t start = 0;
     while (start <= line.size()) {
         const auto space = line.find(' ', start);
-        fields.push_back(line.substr(start, space == std::string::npos ? std::string::npos : space - start));
-        if (space == std::string::npos) break;
+        fields.push_back(
+            line.substr(start, space == std::string::npos ? std::string::npos : space - start));
+        if (space == std::string::npos)
+            break;
         start = space + 1;
     }
-    if (fields.size() != 4 || fields[0] != token) return std::nullopt;
+    if (fields.size() != 4 || fields[0] != token)
+        return std::nullopt;
     std::uint64_t numbers[3];
     for (int i = 0; i < 3; ++i) {
         const auto& f = fields[static_cast<std::size_t>(i + 1)];
@@ -69,7 +77,8 @@ std::optional<Manifest> parse_manifest(const std::string& token, const std::stri
         }
         numbers[i] = std::stoull(f);
     }
-    if (numbers[0] > 255) return std::nullopt;
+    if (numbers[0] > 255)
+        return std::nullopt;
     return Manifest{static_cast<int>(numbers[0]), numbers[1], numbers[2]};
 }
 
@@ -105,7 +114,8 @@ std::string cleanup_command(const std::string& token, bool had_stdin) {
         "cd / && rmdir -- \"$d\"",
         fmt::arg("d", d));
     if (had_stdin) {
-        command = fmt::format("rm -f -- {}; {}", shell_quote(scratch_dir(token) + ".stdin"), command);
+        command =
+            fmt::format("rm -f -- {}; {}", shell_quote(scratch_dir(token) + ".stdin"), command);
     }
     return command;
 }

@@ -16,26 +16,31 @@ namespace {
 
 std::string random_hex() {
     unsigned char bytes[12];
-    if (RAND_bytes(bytes, sizeof bytes) != 1) throw Error("the host's random number generator failed");
+    if (RAND_bytes(bytes, sizeof bytes) != 1)
+        throw Error("the host's random number generator failed");
     std::string out;
-    for (auto b : bytes) out += fmt::format("{:02x}", b);
+    for (auto b : bytes)
+        out += fmt::format("{:02x}", b);
     return out;
 }
 
-bool needs(const SandboxSpec& spec, Capability c) { return spec->requires_capabilities.count(c) > 0; }
+bool needs(const SandboxSpec& spec, Capability c) {
+    return spec->requires_capabilities.count(c) > 0;
+}
 
 NoFollowStat stat_through(AcasClient& client, const std::string& id, Deadline deadline) {
     return [&client, id, deadline](std::string path) -> Task<std::optional<SandboxEntry>> {
         auto raw = co_await client.stat_raw(id, path, deadline);
-        if (!raw) co_return std::nullopt;
+        if (!raw)
+            co_return std::nullopt;
         const auto entry = wire::parse_entry(*raw);
         co_return SandboxEntry{path, entry.kind, entry.size};
     };
 }
 
 // The removal probe: true (observed removal), false (completed refusal), nullopt (inconclusive).
-Task<std::optional<bool>> removal_probe(AcasClient& client, const std::string& id, Deadline deadline,
-                                        spdlog::logger& log) {
+Task<std::optional<bool>> removal_probe(AcasClient& client, const std::string& id,
+                                        Deadline deadline, spdlog::logger& log) {
     const auto dir = "/.maf-authority-" + random_hex();
     const auto file = dir + "/probe";
     const auto stat = stat_through(client, id, deadline);
@@ -45,8 +50,8 @@ Task<std::optional<bool>> removal_probe(AcasClient& client, const std::string& i
         co_await client.write_file(id, file, "probe", deadline);
         const auto planted = co_await stat(file);
         if (planted && planted->kind == EntryKind::file) {
-            const auto answer = co_await client.exec(id, "rm -- " + shell_quote(file), std::string("/"),
-                                                     deadline, 64 * 1024);
+            const auto answer = co_await client.exec(id, "rm -- " + shell_quote(file),
+                                                     std::string("/"), deadline, 64 * 1024);
             const auto dir_after = co_await stat(dir);
             const auto file_after = co_await stat(file);
             const bool dir_kept = dir_after && dir_after->kind == EntryKind::directory;
@@ -65,9 +70,11 @@ Task<std::optional<bool>> removal_probe(AcasClient& client, const std::string& i
         co_await client.delete_file(id, dir, true, deadline_after(Seconds{30.0}));
     } catch (const std::exception& e) {
         log.warn("removing the removal probe directory {} failed: {}", dir, e.what());
-        if (!failure) throw;
+        if (!failure)
+            throw;
     }
-    if (failure) std::rethrow_exception(failure);
+    if (failure)
+        std::rethrow_exception(failure);
     co_return verdict;
 }
 
@@ -78,9 +85,9 @@ Task<void> run_acquire_probes(AcasBackend::State& state, AcasClient& client,
                               Deadline deadline) {
     const bool exec_like = needs(spec, Capability::exec) || needs(spec, Capability::host_tools) ||
                            needs(spec, Capability::files_in);
-    const bool needs_removal = needs(spec, Capability::exec) || needs(spec, Capability::files_out) ||
-                               needs(spec, Capability::host_tools) ||
-                               needs(spec, Capability::files_delete);
+    const bool needs_removal =
+        needs(spec, Capability::exec) || needs(spec, Capability::files_out) ||
+        needs(spec, Capability::host_tools) || needs(spec, Capability::files_delete);
     bool capture_ok, host_tools_ok, removal_probed;
     {
         std::lock_guard lock(held->probe_mutex);
@@ -89,7 +96,8 @@ Task<void> run_acquire_probes(AcasBackend::State& state, AcasClient& client,
         removal_probed = held->removal_probed;
     }
     if (exec_like && !capture_ok) {
-        const auto sh = co_await client.exec(held->id, "sh -c 'exit 0'", std::string("/"), deadline, 64 * 1024);
+        const auto sh =
+            co_await client.exec(held->id, "sh -c 'exit 0'", std::string("/"), deadline, 64 * 1024);
         if (sh.exit_code != 0) {
             throw SandboxCapabilityNotSupported(
                 "the guest image has no working sh; the next acquire retries (see docs/acas.md)");
@@ -126,7 +134,8 @@ Task<void> run_acquire_probes(AcasBackend::State& state, AcasClient& client,
             "mkdir -p / || exit 11; mv -f {m} {m}-to 2>/dev/null; [ \"$?\" -eq 1 ] || exit 12; "
             "nohup sh -c 'exit 0' </dev/null >/dev/null 2>&1 || exit 13",
             fmt::arg("m", missing));
-        const auto answer = co_await client.exec(held->id, script, std::string("/"), deadline, 64 * 1024);
+        const auto answer =
+            co_await client.exec(held->id, script, std::string("/"), deadline, 64 * 1024);
         if (answer.exit_code != 0) {
             throw SandboxCapabilityNotSupported(fmt::format(
                 "the guest lacks what host_tools needs (mkdir, mv, nohup; probe exit {}); the "
@@ -150,12 +159,14 @@ Task<void> run_acquire_probes(AcasBackend::State& state, AcasClient& client,
         if (verdict == false) {
             if (needs(spec, Capability::files_out) || needs(spec, Capability::host_tools)) {
                 throw SandboxCapabilityNotSupported(
-                    "the guest could not remove a probe file the file plane wrote (a non-root image "
+                    "the guest could not remove a probe file the file plane wrote (a non-root "
+                    "image "
                     "beside root-owned files); files_out and host_tools are withdrawn for it");
             }
-            state.log->warn("sandbox {}: the guest could not remove a file-plane file; exec-only "
-                            "workloads continue",
-                            held->id);
+            state.log->warn(
+                "sandbox {}: the guest could not remove a file-plane file; exec-only "
+                "workloads continue",
+                held->id);
         }
         if (verdict != true && needs(spec, Capability::files_delete)) {
             throw SandboxCapabilityNotSupported(
@@ -172,8 +183,8 @@ Task<void> ensure_storage_base(AcasBackend::State&, AcasClient& client,
     co_await refuse_symlinked_ancestors(stat, held->base, "/", true);
     const auto entry = co_await stat(held->base);
     if (!entry || entry->kind != EntryKind::directory) {
-        throw NotADirectory(fmt::format("the storage base {} is not a directory after mkdir", held->base),
-                            ENOTDIR);
+        throw NotADirectory(
+            fmt::format("the storage base {} is not a directory after mkdir", held->base), ENOTDIR);
     }
 }
 

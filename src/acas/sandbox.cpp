@@ -1,9 +1,9 @@
 // AcasSandbox: one ACAS sandbox as the protocol's Sandbox. Exec is bounded byte capture over the
 // text-only exec; writes run as the guest; stat/read/list are native with the ancestor walk;
 // removal runs as the guest and is confirmed through the file plane.
-#include <boost/asio/this_coro.hpp>
 #include <fmt/format.h>
 #include <spdlog/logger.h>
+#include <boost/asio/this_coro.hpp>
 
 #include "backend_state.hpp"
 #include "exec_capture.hpp"
@@ -21,9 +21,11 @@ namespace asio = boost::asio;
 namespace {
 
 bool is_environment_name(const std::string& name) {
-    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0])))
+        return false;
     for (char c : name) {
-        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_')
+            return false;
     }
     return true;
 }
@@ -52,21 +54,26 @@ std::string command_line(const ExecRequest& request) {
 
 std::string relative_to(const std::string& absolute, const std::string& working_directory) {
     auto relative = guest_path_relative_to(absolute, working_directory);
-    if (!relative || relative->empty()) return ".";
+    if (!relative || relative->empty())
+        return ".";
     return *relative;
 }
 
 }  // namespace
 
-AcasSandbox::AcasSandbox(std::shared_ptr<AcasBackend::State> state, std::shared_ptr<HeldSandbox> held)
+AcasSandbox::AcasSandbox(std::shared_ptr<AcasBackend::State> state,
+                         std::shared_ptr<HeldSandbox> held)
     : state_(std::move(state)), held_(std::move(held)) {}
 
-std::string AcasSandbox::base_directory() const { return held_->base; }
+std::string AcasSandbox::base_directory() const {
+    return held_->base;
+}
 
 void AcasSandbox::require_usable() const {
     if (held_->invalidated) {
         throw SandboxOutputError(
-            "this sandbox was invalidated by an earlier failure and is being disposed; reacquire it");
+            "this sandbox was invalidated by an earlier failure and is being disposed; reacquire "
+            "it");
     }
 }
 
@@ -85,8 +92,10 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
     AcasBackend::State::Operation operation(state_);
     require_usable();
     const auto line = command_line(request);
-    const auto working_directory = resolve_working_directory(request.working_directory, held_->base);
-    const std::uint64_t limit = request.max_output_bytes.value_or(state_->config.exec_output_limit_bytes);
+    const auto working_directory =
+        resolve_working_directory(request.working_directory, held_->base);
+    const std::uint64_t limit =
+        request.max_output_bytes.value_or(state_->config.exec_output_limit_bytes);
     const auto deadline = deadline_after(request.timeout);
     const auto token = capture::new_token();
     std::optional<std::string> stdin_path;
@@ -130,14 +139,16 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
                     std::min<std::uint64_t>(capture::kChunkBytes, sizes[s] - streams[s].size());
                 if (!bytes || bytes->size() != expected) {
                     throw SandboxOutputError(
-                        "retrieving captured output from the guest failed; the sandbox is disposed");
+                        "retrieving captured output from the guest failed; the sandbox is "
+                        "disposed");
                 }
                 streams[s] += *bytes;
             }
             streams[s].resize(std::min<std::uint64_t>(streams[s].size(), limit));
         }
-        const auto cleanup = co_await lease->exec(held_->id, capture::cleanup_command(token, stdin_path.has_value()),
-                                                  std::string("/"), deadline, 64 * 1024);
+        const auto cleanup =
+            co_await lease->exec(held_->id, capture::cleanup_command(token, stdin_path.has_value()),
+                                 std::string("/"), deadline, 64 * 1024);
         if (cleanup.exit_code != 0) {
             // The bytes are complete: keep them and say where the scratch remains.
             state_->log->warn(
@@ -157,24 +168,31 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
         // Only a Retry-After wait was pending: nothing ran, the sandbox is whole.
         throw;
     } catch (const ExecOutputLimitExceeded&) {
-        if (sandbox_whole) throw;
+        if (sandbox_whole)
+            throw;
         failure = std::current_exception();
     } catch (...) {
         failure = std::current_exception();
     }
-    co_await state_->invalidate(held_, "an exec failed or timed out");
-    try {
-        std::rethrow_exception(failure);
-    } catch (const Timeout&) {
-        throw Timeout(fmt::format("the command did not finish within {:.1f} s; the sandbox was disposed",
-                                  request.timeout.count()));
+    // Whatever was in flight when the caller's timeout expired, that is exactly a Timeout: report
+    // it on time and dispose the sandbox in the background.
+    if (SteadyClock::now() >= deadline) {
+        state_->invalidate_in_background(held_, "an exec timed out",
+                                         co_await asio::this_coro::executor);
+        throw Timeout(
+            fmt::format("the command did not finish within {:.1f} s; the sandbox is being disposed",
+                        request.timeout.count()));
     }
+    co_await state_->invalidate(held_, "an exec failed");
+    std::rethrow_exception(failure);
 }
 
-Task<std::optional<SandboxEntry>> AcasSandbox::raw_stat(std::string absolute_path, Deadline deadline) {
+Task<std::optional<SandboxEntry>> AcasSandbox::raw_stat(std::string absolute_path,
+                                                        Deadline deadline) {
     auto lease = co_await state_->lease(held_->binding);
     auto raw = co_await lease->stat_raw(held_->id, absolute_path, deadline);
-    if (!raw) co_return std::nullopt;
+    if (!raw)
+        co_return std::nullopt;
     const auto entry = wire::parse_entry(*raw);
     co_return SandboxEntry{absolute_path, entry.kind, entry.size};
 }
@@ -185,7 +203,9 @@ Task<void> AcasSandbox::write_file(std::string path, std::string content,
     require_usable();
     const auto wd = resolve_working_directory(working_directory, held_->base);
     const auto deadline = deadline_after(state_->config.read_timeout);
-    NoFollowStat stat = [this, deadline](std::string p) { return raw_stat(std::move(p), deadline); };
+    NoFollowStat stat = [this, deadline](std::string p) {
+        return raw_stat(std::move(p), deadline);
+    };
     const auto target = co_await confine_guest_write_path(stat, path, wd);
     // Always as the guest: no probe or guest output can select the host file plane.
     co_await write_file_over_exec(*this, target, std::move(content), "/",
@@ -199,10 +219,13 @@ Task<std::optional<SandboxEntry>> AcasSandbox::stat_file(std::string path,
     const auto wd = resolve_working_directory(working_directory, held_->base);
     const auto absolute = confine_guest_path(path, wd);
     const auto deadline = deadline_after(state_->config.read_timeout);
-    NoFollowStat stat = [this, deadline](std::string p) { return raw_stat(std::move(p), deadline); };
+    NoFollowStat stat = [this, deadline](std::string p) {
+        return raw_stat(std::move(p), deadline);
+    };
     co_await refuse_symlinked_ancestors(stat, absolute, wd);
     auto entry = co_await raw_stat(absolute, deadline);
-    if (!entry) co_return std::nullopt;
+    if (!entry)
+        co_return std::nullopt;
     entry->path = relative_to(absolute, wd);
     co_return entry;
 }
@@ -214,12 +237,16 @@ Task<std::string> AcasSandbox::read_file(std::string path, std::string working_d
     const auto wd = resolve_working_directory(working_directory, held_->base);
     const auto absolute = confine_guest_path(path, wd);
     const auto deadline = deadline_after(state_->config.read_timeout);
-    NoFollowStat stat = [this, deadline](std::string p) { return raw_stat(std::move(p), deadline); };
+    NoFollowStat stat = [this, deadline](std::string p) {
+        return raw_stat(std::move(p), deadline);
+    };
     co_await refuse_symlinked_ancestors(stat, absolute, wd);
     const auto entry = co_await raw_stat(absolute, deadline);
-    if (!entry) throw FileNotFound(fmt::format("{} does not exist in the sandbox", path), ENOENT);
+    if (!entry)
+        throw FileNotFound(fmt::format("{} does not exist in the sandbox", path), ENOENT);
     if (entry->kind == EntryKind::symlink) {
-        throw ConfinementEscape(fmt::format("{} is a link; links are named, never followed", path));
+        throw FileError(fmt::format("{} is a link; links are named, never read through", path),
+                        ELOOP);
     }
     if (entry->kind == EntryKind::directory) {
         throw IsADirectory(fmt::format("{} is a directory, not a file", path), EISDIR);
@@ -229,9 +256,9 @@ Task<std::string> AcasSandbox::read_file(std::string path, std::string working_d
             "the service did not report a trustworthy size for {}; refusing to read it", path));
     }
     if (*entry->size_bytes > max_bytes) {
-        throw SandboxTransferCapExceeded(fmt::format(
-            "{} is {} bytes, over the {}-byte cap; refused, not truncated", path, *entry->size_bytes,
-            max_bytes));
+        throw SandboxTransferCapExceeded(
+            fmt::format("{} is {} bytes, over the {}-byte cap; refused, not truncated", path,
+                        *entry->size_bytes, max_bytes));
     }
     auto lease = co_await state_->lease(held_->binding);
     std::optional<std::string> bytes;
@@ -244,20 +271,25 @@ Task<std::string> AcasSandbox::read_file(std::string path, std::string working_d
             "reading {} did not finish within read_timeout_seconds (a FIFO never answers); refused",
             path));
     }
-    if (!bytes) throw FileNotFound(fmt::format("{} disappeared before it was read", path), ENOENT);
+    if (!bytes)
+        throw FileNotFound(fmt::format("{} disappeared before it was read", path), ENOENT);
     co_return std::move(*bytes);
 }
 
-Task<std::vector<SandboxEntry>> AcasSandbox::list_dir(std::string path, std::string working_directory) {
+Task<std::vector<SandboxEntry>> AcasSandbox::list_dir(std::string path,
+                                                      std::string working_directory) {
     AcasBackend::State::Operation operation(state_);
     require_usable();
     const auto wd = resolve_working_directory(working_directory, held_->base);
     const auto absolute = confine_guest_path(path, wd);
     const auto deadline = deadline_after(state_->config.read_timeout);
-    NoFollowStat stat = [this, deadline](std::string p) { return raw_stat(std::move(p), deadline); };
+    NoFollowStat stat = [this, deadline](std::string p) {
+        return raw_stat(std::move(p), deadline);
+    };
     co_await refuse_symlinked_ancestors(stat, absolute, wd, true);
     const auto self = co_await raw_stat(absolute, deadline);
-    if (!self) throw FileNotFound(fmt::format("{} does not exist in the sandbox", path), ENOENT);
+    if (!self)
+        throw FileNotFound(fmt::format("{} does not exist in the sandbox", path), ENOENT);
     if (self->kind == EntryKind::symlink) {
         throw ConfinementEscape(fmt::format("{} is a link; links are never listed through", path));
     }
@@ -266,7 +298,8 @@ Task<std::vector<SandboxEntry>> AcasSandbox::list_dir(std::string path, std::str
     }
     auto lease = co_await state_->lease(held_->binding);
     const auto listing = co_await lease->list_raw(held_->id, absolute, deadline);
-    if (!listing) throw FileNotFound(fmt::format("{} does not exist in the sandbox", path), ENOENT);
+    if (!listing)
+        throw FileNotFound(fmt::format("{} does not exist in the sandbox", path), ENOENT);
     const auto* entries = listing->if_contains("entries");
     if (entries == nullptr || !entries->is_array()) {
         throw AcasEntryPayloadIncomplete(
@@ -298,12 +331,16 @@ Task<void> AcasSandbox::remove(std::string path, std::string working_directory, 
         throw ConfinementEscape("refusing to remove the working directory itself");
     }
     const auto deadline = deadline_after(state_->config.read_timeout);
-    NoFollowStat stat = [this, deadline](std::string p) { return raw_stat(std::move(p), deadline); };
+    NoFollowStat stat = [this, deadline](std::string p) {
+        return raw_stat(std::move(p), deadline);
+    };
     co_await refuse_symlinked_ancestors(stat, absolute, wd);
     const auto entry = co_await raw_stat(absolute, deadline);
-    if (!entry) co_return;  // missing is success, no command needed
+    if (!entry)
+        co_return;  // missing is success, no command needed
     if (entry->kind == EntryKind::directory && !recursive) {
-        throw FileError(fmt::format("{} is a directory; pass recursive to remove it", path), EISDIR);
+        throw FileError(fmt::format("{} is a directory; pass recursive to remove it", path),
+                        EISDIR);
     }
     // As the guest: the probe never authorizes a host-plane delete.
     ExecRequest request;
@@ -316,7 +353,8 @@ Task<void> AcasSandbox::remove(std::string path, std::string working_directory, 
         throw FileError(fmt::format("removing {} failed in the guest (exit {}): {}", path,
                                     result.exit_code, result.stderr_text()));
     }
-    if (co_await raw_stat(absolute, deadline)) {
+    const auto remaining = co_await raw_stat(absolute, deadline);
+    if (remaining) {
         throw FileError(fmt::format("{} is still present after the guest removed it", path));
     }
 }

@@ -12,7 +12,8 @@ namespace json = boost::json;
 namespace {
 
 std::string string_field(const json::object& object, std::string_view key) {
-    if (const auto* v = object.if_contains(key); v && v->is_string()) return std::string(v->as_string());
+    if (const auto* v = object.if_contains(key); v && v->is_string())
+        return std::string(v->as_string());
     return {};
 }
 
@@ -56,7 +57,8 @@ json::object create_body(const CreateSandboxRequest& request) {
     };
     if (!request.labels.empty()) {
         json::object labels;
-        for (const auto& [key, value] : request.labels) labels[key] = value;
+        for (const auto& [key, value] : request.labels)
+            labels[key] = value;
         body["labels"] = std::move(labels);
     }
     return body;
@@ -64,16 +66,17 @@ json::object create_body(const CreateSandboxRequest& request) {
 
 json::object lifecycle_body(const LifecyclePolicy& policy) {
     return json::object{
-        {"autoSuspendPolicy", json::object{{"enabled", true},
-                                           {"interval", policy.auto_suspend_seconds},
-                                           {"mode", "Memory"}}},
-        {"autoDeletePolicy", json::object{{"enabled", true},
-                                          {"deleteIntervalInSeconds", policy.auto_delete_seconds}}},
+        {"autoSuspendPolicy",
+         json::object{
+             {"enabled", true}, {"interval", policy.auto_suspend_seconds}, {"mode", "Memory"}}},
+        {"autoDeletePolicy",
+         json::object{{"enabled", true}, {"deleteIntervalInSeconds", policy.auto_delete_seconds}}},
     };
 }
 
 SandboxInfo parse_sandbox(const json::value& value) {
-    if (!value.is_object()) malformed("a sandbox is not an object");
+    if (!value.is_object())
+        malformed("a sandbox is not an object");
     const auto& object = value.as_object();
     SandboxInfo info;
     info.id = string_field(object, "id");
@@ -83,7 +86,8 @@ SandboxInfo parse_sandbox(const json::value& value) {
     }
     if (const auto* labels = object.if_contains("labels"); labels && labels->is_object()) {
         for (const auto& [key, v] : labels->as_object()) {
-            if (v.is_string()) info.labels[std::string(key)] = std::string(v.as_string());
+            if (v.is_string())
+                info.labels[std::string(key)] = std::string(v.as_string());
         }
     }
     info.egress_default_action = "Allow";
@@ -94,7 +98,8 @@ SandboxInfo parse_sandbox(const json::value& value) {
         }
         if (const auto* rules = p.if_contains("hostRules"); rules && rules->is_array()) {
             for (const auto& rule : rules->as_array()) {
-                if (!rule.is_object()) continue;
+                if (!rule.is_object())
+                    continue;
                 const auto& r = rule.as_object();
                 if (net::iequals(string_field(r, "action"), "Allow")) {
                     info.egress_hosts.push_back(string_field(r, "pattern"));
@@ -106,26 +111,31 @@ SandboxInfo parse_sandbox(const json::value& value) {
 }
 
 ExecAnswer parse_exec_answer(const json::value& value) {
-    if (!value.is_object()) malformed("an exec answer is not an object");
+    if (!value.is_object())
+        malformed("an exec answer is not an object");
     const auto& object = value.as_object();
     ExecAnswer answer;
     const auto text = [&](std::string_view key) -> std::string {
         const auto* v = object.if_contains(key);
-        if (v == nullptr || v->is_null()) return {};
-        if (!v->is_string()) malformed(fmt::format("exec {} is not a string", key));
+        if (v == nullptr || v->is_null())
+            return {};
+        if (!v->is_string())
+            malformed(fmt::format("exec {} is not a string", key));
         return std::string(v->as_string());
     };
     answer.stdout_text = text("stdout");
     answer.stderr_text = text("stderr");
     if (const auto* code = object.if_contains("exitCode"); code && !code->is_null()) {
-        if (!code->is_int64()) malformed("exec exitCode is not an integer");
+        if (!code->is_int64())
+            malformed("exec exitCode is not an integer");
         answer.exit_code = static_cast<int>(code->as_int64());
     }
     return answer;
 }
 
 DiskImageInfo parse_disk_image(const json::value& value) {
-    if (!value.is_object()) malformed("a disk image is not an object");
+    if (!value.is_object())
+        malformed("a disk image is not an object");
     const auto& object = value.as_object();
     DiskImageInfo info;
     info.id = string_field(object, "id");
@@ -137,7 +147,8 @@ DiskImageInfo parse_disk_image(const json::value& value) {
             info.base = std::string(image->as_string());
         }
     }
-    if (const auto* labels = object.if_contains("labels"); labels && labels->is_object() && info.name.empty()) {
+    if (const auto* labels = object.if_contains("labels");
+        labels && labels->is_object() && info.name.empty()) {
         info.name = string_field(labels->as_object(), "name");
     }
     if (const auto* status = object.if_contains("status"); status && status->is_object()) {
@@ -152,10 +163,12 @@ Page parse_page(const json::value& value) {
         page.items = value.as_array();
         return page;
     }
-    if (!value.is_object()) malformed("a listing is neither an array nor an object");
+    if (!value.is_object())
+        malformed("a listing is neither an array nor an object");
     const auto& object = value.as_object();
     const auto* items = object.if_contains("value");
-    if (items == nullptr || !items->is_array()) malformed("a listing has no value array");
+    if (items == nullptr || !items->is_array())
+        malformed("a listing has no value array");
     page.items = items->as_array();
     page.next_link = string_field(object, "nextLink");
     return page;
@@ -166,8 +179,8 @@ void require_same_origin(std::string_view link, std::string_view host, std::uint
     try {
         parsed = net::parse_http_url(link);
     } catch (const InvalidArgument&) {
-        throw AcasServiceError("the ACAS listing's nextLink is not a URL; refusing to follow it",
-                               0, "NextLinkRefused");
+        throw AcasServiceError("the ACAS listing's nextLink is not a URL; refusing to follow it", 0,
+                               "NextLinkRefused");
     }
     if (!parsed.is_https() || !net::iequals(parsed.host, host) || parsed.port != port) {
         throw AcasServiceError(
@@ -192,7 +205,7 @@ RawEntry parse_entry(const json::value& value) {
     }
     RawEntry entry;
     entry.path = string_field(object, "path");
-    entry.kind = is_link->as_bool() ? EntryKind::symlink
+    entry.kind = is_link->as_bool()  ? EntryKind::symlink
                  : is_dir->as_bool() ? EntryKind::directory
                                      : EntryKind::file;
     if (entry.kind == EntryKind::file) {

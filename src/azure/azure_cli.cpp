@@ -1,9 +1,9 @@
 // The Azure CLI as a token source: `az account get-access-token`, run with a deadline.
+#include <fmt/format.h>
+#include <spdlog/logger.h>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 #include <ctime>
-#include <fmt/format.h>
-#include <spdlog/logger.h>
 
 #include "child_process.hpp"
 #include "token_service.hpp"
@@ -18,12 +18,13 @@ std::optional<WallClock::time_point> parse_local_time(const std::string& text) {
     }
     tm.tm_isdst = -1;
     const std::time_t t = std::mktime(&tm);
-    if (t == -1) return std::nullopt;
+    if (t == -1)
+        return std::nullopt;
     return WallClock::from_time_t(t);
 }
 
 class AzureCliCredential : public TokenCredential {
-public:
+  public:
     AzureCliCredential(boost::asio::any_io_executor executor, CredentialOptions options)
         : executor_(std::move(executor)), options_(std::move(options)) {}
 
@@ -37,12 +38,13 @@ public:
             throw CredentialUnavailable("AzureCliCredential: `az` is not on PATH");
         }
         std::vector<std::string> arguments;
-        for (const char* word : {"account", "get-access-token", "--resource"}) arguments.emplace_back(word);
+        for (const char* word : {"account", "get-access-token", "--resource"})
+            arguments.emplace_back(word);
         arguments.push_back(resource);
         arguments.emplace_back("-o");
         arguments.emplace_back("json");
-        const auto output =
-            co_await detail::run_program(executor_, program, std::move(arguments), options_.cli_timeout);
+        const auto output = co_await detail::run_program(executor_, program, std::move(arguments),
+                                                         options_.cli_timeout);
         if (output.exit_code != 0) {
             if (options_.log) {
                 options_.log->debug("az account get-access-token exited {}", output.exit_code);
@@ -69,7 +71,8 @@ public:
         result.expires_on = WallClock::now() + std::chrono::minutes(5);
         if (const auto* epoch = object.if_contains("expires_on"); epoch && epoch->is_int64()) {
             result.expires_on = WallClock::time_point(std::chrono::seconds(epoch->as_int64()));
-        } else if (const auto* local = object.if_contains("expiresOn"); local && local->is_string()) {
+        } else if (const auto* local = object.if_contains("expiresOn");
+                   local && local->is_string()) {
             if (const auto parsed = parse_local_time(std::string(local->as_string()))) {
                 result.expires_on = *parsed;
             }
@@ -77,7 +80,7 @@ public:
         co_return result;
     }
 
-private:
+  private:
     boost::asio::any_io_executor executor_;
     CredentialOptions options_;
 };

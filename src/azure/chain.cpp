@@ -1,8 +1,8 @@
 // The chained credential, the cache that refreshes before expiry, and the default chain.
+#include <fmt/format.h>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <fmt/format.h>
 #include <mutex>
 
 #include "maf_sandbox/azure/credentials.hpp"
@@ -13,7 +13,7 @@ namespace {
 namespace asio = boost::asio;
 
 class ChainedCredential : public TokenCredential {
-public:
+  public:
     explicit ChainedCredential(std::vector<std::shared_ptr<TokenCredential>> sources)
         : sources_(std::move(sources)) {}
     std::string_view name() const override { return "ChainedTokenCredential"; }
@@ -32,23 +32,24 @@ public:
                 reasons += fmt::format("\n  - {}", e.what());
             }
         }
-        throw CredentialUnavailable(
-            "no Azure credential is available here; configure one of:" + reasons);
+        throw CredentialUnavailable("no Azure credential is available here; configure one of:" +
+                                    reasons);
     }
 
-private:
+  private:
     std::vector<std::shared_ptr<TokenCredential>> sources_;
     std::shared_ptr<TokenCredential> chosen_;
 };
 
 std::string scope_key(const std::vector<std::string>& scopes) {
     std::string key;
-    for (const auto& scope : scopes) key += scope + '\n';
+    for (const auto& scope : scopes)
+        key += scope + '\n';
     return key;
 }
 
 class CachingCredential : public TokenCredential {
-public:
+  public:
     explicit CachingCredential(std::shared_ptr<TokenCredential> inner) : inner_(std::move(inner)) {}
     std::string_view name() const override { return inner_->name(); }
 
@@ -103,9 +104,10 @@ public:
         }
     }
 
-private:
+  private:
     static WallClock::time_point refresh_point(const AccessToken& token) {
-        if (token.refresh_on) return *token.refresh_on;
+        if (token.refresh_on)
+            return *token.refresh_on;
         const auto now = WallClock::now();
         const auto remaining = token.expires_on - now;
         return remaining <= std::chrono::minutes(10) ? now + remaining / 2
@@ -129,12 +131,13 @@ std::shared_ptr<TokenCredential> make_chained_credential(
 }
 
 std::shared_ptr<TokenCredential> make_caching_credential(std::shared_ptr<TokenCredential> inner) {
-    if (!inner) throw InvalidArgument("a caching credential needs a credential to wrap");
+    if (!inner)
+        throw InvalidArgument("a caching credential needs a credential to wrap");
     return std::make_shared<CachingCredential>(std::move(inner));
 }
 
-std::shared_ptr<TokenCredential> make_default_azure_credential(boost::asio::any_io_executor executor,
-                                                               CredentialOptions options) {
+std::shared_ptr<TokenCredential> make_default_azure_credential(
+    boost::asio::any_io_executor executor, CredentialOptions options) {
     return make_caching_credential(make_chained_credential({
         make_environment_credential(executor, options),
         make_workload_identity_credential(executor, options),

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/read.hpp>
@@ -14,7 +15,6 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cerrno>
-#include <fmt/format.h>
 
 #include "maf_sandbox/core/errors.hpp"
 
@@ -27,7 +27,7 @@ namespace asio = boost::asio;
 using namespace asio::experimental::awaitable_operators;
 
 class Pipe {
-public:
+  public:
     Pipe() {
         if (::pipe2(fds_, O_CLOEXEC) != 0) {
             throw SystemError(errno, "creating a pipe for a child process");
@@ -47,21 +47,23 @@ public:
         return fd;
     }
     void close_read() {
-        if (fds_[0] >= 0) ::close(fds_[0]);
+        if (fds_[0] >= 0)
+            ::close(fds_[0]);
         fds_[0] = -1;
     }
     void close_write() {
-        if (fds_[1] >= 0) ::close(fds_[1]);
+        if (fds_[1] >= 0)
+            ::close(fds_[1]);
         fds_[1] = -1;
     }
 
-private:
+  private:
     int fds_[2] = {-1, -1};
 };
 
 // Kills and reaps the child unless it was already reaped.
 class Child {
-public:
+  public:
     explicit Child(pid_t pid) : pid_(pid) {}
     ~Child() {
         if (pid_ > 0) {
@@ -80,15 +82,18 @@ public:
             return std::nullopt;
         }
         pid_ = -1;
-        if (WIFEXITED(status)) return WEXITSTATUS(status);
-        if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+        if (WIFEXITED(status))
+            return WEXITSTATUS(status);
+        if (WIFSIGNALED(status))
+            return 128 + WTERMSIG(status);
         return -1;
     }
     void kill() {
-        if (pid_ > 0) ::kill(pid_, SIGKILL);
+        if (pid_ > 0)
+            ::kill(pid_, SIGKILL);
     }
 
-private:
+  private:
     pid_t pid_;
 };
 
@@ -98,8 +103,8 @@ asio::awaitable<std::string> read_bounded(asio::posix::stream_descriptor& stream
     char buffer[4096];
     for (;;) {
         boost::system::error_code error;
-        const auto n = co_await stream.async_read_some(asio::buffer(buffer),
-                                                       asio::redirect_error(asio::use_awaitable, error));
+        const auto n = co_await stream.async_read_some(
+            asio::buffer(buffer), asio::redirect_error(asio::use_awaitable, error));
         if (collected.size() < max_output) {
             collected.append(buffer, std::min(n, max_output - collected.size()));
         }
@@ -119,14 +124,16 @@ std::string find_on_path(const std::string& name, const std::string& path) {
     std::size_t start = 0;
     while (start <= path.size()) {
         const auto end = path.find(':', start);
-        const auto dir = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
+        const auto dir =
+            path.substr(start, end == std::string::npos ? std::string::npos : end - start);
         if (!dir.empty()) {
             const auto candidate = dir + "/" + name;
             if (::access(candidate.c_str(), X_OK) == 0) {
                 return candidate;
             }
         }
-        if (end == std::string::npos) break;
+        if (end == std::string::npos)
+            break;
         start = end + 1;
     }
     return {};
@@ -144,10 +151,12 @@ Task<ProgramOutput> run_program(asio::any_io_executor executor, std::string prog
     posix_spawn_file_actions_adddup2(&actions, err.write_end(), 2);
     std::vector<char*> argv;
     argv.push_back(program.data());
-    for (auto& argument : arguments) argv.push_back(argument.data());
+    for (auto& argument : arguments)
+        argv.push_back(argument.data());
     argv.push_back(nullptr);
     pid_t pid = -1;
-    const int spawned = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), environ);
+    const int spawned =
+        ::posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     if (spawned != 0) {
         throw SystemError(spawned, fmt::format("starting {}", program),
@@ -159,11 +168,12 @@ Task<ProgramOutput> run_program(asio::any_io_executor executor, std::string prog
     asio::posix::stream_descriptor out_stream(executor, out.release_read());
     asio::posix::stream_descriptor err_stream(executor, err.release_read());
     asio::steady_timer deadline(executor);
-    deadline.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout));
+    deadline.expires_after(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout));
 
-    auto outcome = co_await ((read_bounded(out_stream, max_output) &&
-                              read_bounded(err_stream, max_output)) ||
-                             deadline.async_wait(asio::use_awaitable));
+    auto outcome =
+        co_await ((read_bounded(out_stream, max_output) && read_bounded(err_stream, max_output)) ||
+                  deadline.async_wait(asio::use_awaitable));
     if (outcome.index() == 1) {
         child.kill();
         throw Timeout(fmt::format("{} did not finish within {:.0f} s and was killed", program,

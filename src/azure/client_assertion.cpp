@@ -5,10 +5,10 @@
 #include <openssl/rand.h>
 #include <openssl/x509.h>
 
+#include <fmt/format.h>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <chrono>
-#include <fmt/format.h>
 #include <fstream>
 #include <sstream>
 
@@ -52,7 +52,8 @@ CertificateSigner CertificateSigner::from_pem_file(const std::string& path) {
     contents << stream.rdbuf();
     if (!stream) {
         throw InvalidArgument(fmt::format(
-            "cannot read the client certificate file {}; check AZURE_CLIENT_CERTIFICATE_PATH", path));
+            "cannot read the client certificate file {}; check AZURE_CLIENT_CERTIFICATE_PATH",
+            path));
     }
     return from_pem(contents.str(), path);
 }
@@ -69,8 +70,8 @@ CertificateSigner CertificateSigner::from_pem(std::string_view pem, std::string_
     std::unique_ptr<X509, decltype(&X509_free)> certificate(
         PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr), &X509_free);
     if (!key->pkey || !certificate) {
-        throw InvalidArgument(fmt::format(
-            "{} must hold both a PEM private key and its PEM certificate", origin));
+        throw InvalidArgument(
+            fmt::format("{} must hold both a PEM private key and its PEM certificate", origin));
     }
     if (EVP_PKEY_base_id(key->pkey.get()) != EVP_PKEY_RSA) {
         throw InvalidArgument(fmt::format(
@@ -98,16 +99,16 @@ std::string CertificateSigner::assertion(std::string_view client_id,
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
     boost::json::object header{{"alg", "RS256"}, {"typ", "JWT"}, {"x5t", thumbprint_}};
-    boost::json::object claims{{"aud", audience},
-                               {"iss", client_id},
-                               {"sub", client_id},
-                               {"jti", base64url(std::string_view(reinterpret_cast<char*>(random),
-                                                                  sizeof random))},
-                               {"nbf", now},
-                               {"iat", now},
-                               {"exp", now + 600}};
-    const std::string signing_input = base64url(boost::json::serialize(header)) + "." +
-                                      base64url(boost::json::serialize(claims));
+    boost::json::object claims{
+        {"aud", audience},
+        {"iss", client_id},
+        {"sub", client_id},
+        {"jti", base64url(std::string_view(reinterpret_cast<char*>(random), sizeof random))},
+        {"nbf", now},
+        {"iat", now},
+        {"exp", now + 600}};
+    const std::string signing_input =
+        base64url(boost::json::serialize(header)) + "." + base64url(boost::json::serialize(claims));
     std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(EVP_MD_CTX_new(),
                                                                     &EVP_MD_CTX_free);
     std::size_t size = 0;

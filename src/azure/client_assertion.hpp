@@ -10,7 +10,7 @@ namespace maf_sandbox::azure::detail {
 std::string base64url(std::string_view bytes);
 
 class CertificateSigner {
-public:
+  public:
     // Reads a PEM file holding an RSA private key and its certificate. Throws InvalidArgument
     // naming the file when either is missing or the key is not RSA.
     static CertificateSigner from_pem_file(const std::string& path);
@@ -22,7 +22,7 @@ public:
 
     const std::string& thumbprint() const noexcept { return thumbprint_; }
 
-private:
+  private:
     struct Key;
     std::shared_ptr<Key> key_;
     std::string thumbprint_;  // base64url SHA-1 of the DER certificate

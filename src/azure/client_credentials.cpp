@@ -25,7 +25,7 @@ std::string scope_field(const std::vector<std::string>& scopes) {
 }
 
 class ClientSecretCredential : public TokenCredential {
-public:
+  public:
     ClientSecretCredential(boost::asio::any_io_executor executor, std::string tenant,
                            std::string client, std::string secret, CredentialOptions options)
         : tenant_(std::move(tenant)),
@@ -44,14 +44,14 @@ public:
                                                        name());
     }
 
-private:
+  private:
     std::string tenant_, client_, secret_;
     CredentialOptions options_;
     std::unique_ptr<net::HttpClient> http_;
 };
 
 class ClientCertificateCredential : public TokenCredential {
-public:
+  public:
     ClientCertificateCredential(boost::asio::any_io_executor executor, std::string tenant,
                                 std::string client, std::string pem_path, CredentialOptions options)
         : tenant_(std::move(tenant)),
@@ -73,7 +73,7 @@ public:
                                                        name());
     }
 
-private:
+  private:
     std::string tenant_, client_;
     detail::CertificateSigner signer_;
     CredentialOptions options_;
@@ -81,7 +81,7 @@ private:
 };
 
 class EnvironmentCredential : public TokenCredential {
-public:
+  public:
     EnvironmentCredential(boost::asio::any_io_executor executor, CredentialOptions options)
         : executor_(std::move(executor)), options_(std::move(options)) {}
     std::string_view name() const override { return "EnvironmentCredential"; }
@@ -98,8 +98,8 @@ public:
                     "AZURE_CLIENT_SECRET or AZURE_CLIENT_CERTIFICATE_PATH");
             }
             if (secret) {
-                inner_ = make_client_secret_credential(executor_, *tenant, *client, *secret,
-                                                       options_);
+                inner_ =
+                    make_client_secret_credential(executor_, *tenant, *client, *secret, options_);
             } else {
                 inner_ = make_client_certificate_credential(executor_, *tenant, *client,
                                                             *certificate, options_);
@@ -108,16 +108,17 @@ public:
         co_return co_await inner_->get_token(std::move(scopes));
     }
 
-private:
+  private:
     boost::asio::any_io_executor executor_;
     CredentialOptions options_;
     std::shared_ptr<TokenCredential> inner_;
 };
 
 class WorkloadIdentityCredential : public TokenCredential {
-public:
+  public:
     WorkloadIdentityCredential(boost::asio::any_io_executor executor, CredentialOptions options)
-        : options_(std::move(options)), http_(detail::make_token_client(std::move(executor), options_)) {}
+        : options_(std::move(options)),
+          http_(detail::make_token_client(std::move(executor), options_)) {}
     std::string_view name() const override { return "WorkloadIdentityCredential"; }
     Task<AccessToken> get_token(std::vector<std::string> scopes) override {
         const auto& env = options_.environment;
@@ -134,8 +135,8 @@ public:
         std::ostringstream contents;
         contents << stream.rdbuf();
         std::string assertion = contents.str();
-        while (!assertion.empty() && (assertion.back() == '\n' || assertion.back() == '\r' ||
-                                      assertion.back() == ' ')) {
+        while (!assertion.empty() &&
+               (assertion.back() == '\n' || assertion.back() == '\r' || assertion.back() == ' ')) {
             assertion.pop_back();
         }
         if (!stream || assertion.empty()) {
@@ -154,18 +155,16 @@ public:
                                                        name());
     }
 
-private:
+  private:
     CredentialOptions options_;
     std::unique_ptr<net::HttpClient> http_;
 };
 
 }  // namespace
 
-std::shared_ptr<TokenCredential> make_client_secret_credential(boost::asio::any_io_executor executor,
-                                                               std::string tenant_id,
-                                                               std::string client_id,
-                                                               std::string client_secret,
-                                                               CredentialOptions options) {
+std::shared_ptr<TokenCredential> make_client_secret_credential(
+    boost::asio::any_io_executor executor, std::string tenant_id, std::string client_id,
+    std::string client_secret, CredentialOptions options) {
     detail::require_plain_id(tenant_id, "the tenant id");
     return std::make_shared<ClientSecretCredential>(std::move(executor), std::move(tenant_id),
                                                     std::move(client_id), std::move(client_secret),

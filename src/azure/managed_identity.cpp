@@ -11,7 +11,7 @@ namespace {
 constexpr std::string_view kImdsPath = "/metadata/identity/oauth2/token";
 
 class ManagedIdentityCredential : public TokenCredential {
-public:
+  public:
     ManagedIdentityCredential(boost::asio::any_io_executor executor, CredentialOptions options,
                               std::optional<std::string> client_id)
         : options_(std::move(options)),
@@ -45,12 +45,14 @@ public:
         }
         net::HttpResponse response;
         try {
-            const auto timeout = probing_imds ? options_.imds_probe_timeout : options_.request_timeout;
+            const auto timeout =
+                probing_imds ? options_.imds_probe_timeout : options_.request_timeout;
             response = co_await http_->send(std::move(request), net::RequestOptions{timeout, kMiB});
         } catch (const net::NetError& e) {
             if (probing_imds) {
                 throw CredentialUnavailable(fmt::format(
-                    "ManagedIdentityCredential: no instance metadata service answered ({})", e.what()));
+                    "ManagedIdentityCredential: no instance metadata service answered ({})",
+                    e.what()));
             }
             throw AuthenticationFailed(fmt::format(
                 "ManagedIdentityCredential could not reach its token endpoint ({}); check the "
@@ -73,14 +75,16 @@ public:
         co_return detail::parse_managed_identity_answer(response.body, name());
     }
 
-private:
+  private:
     std::string imds_endpoint() const {
-        if (options_.imds_endpoint) return *options_.imds_endpoint;
+        if (options_.imds_endpoint)
+            return *options_.imds_endpoint;
         if (const auto explicit_url = options_.environment("MAF_SANDBOX_IMDS_ENDPOINT")) {
             return *explicit_url;
         }
         if (auto host = options_.environment("AZURE_POD_IDENTITY_AUTHORITY_HOST")) {
-            while (!host->empty() && host->back() == '/') host->pop_back();
+            while (!host->empty() && host->back() == '/')
+                host->pop_back();
             return *host + std::string(kImdsPath);
         }
         return std::string(kDefaultImdsEndpoint);

@@ -4,15 +4,16 @@ namespace maf_sandbox::azure {
 namespace {
 
 class StaticTokenCredential : public TokenCredential {
-public:
+  public:
     explicit StaticTokenCredential(std::string token) : token_(std::move(token)) {}
     std::string_view name() const override { return "StaticTokenCredential"; }
     Task<AccessToken> get_token(std::vector<std::string>) override {
         // A static token has no known expiry; a year keeps every cache from refreshing it.
-        co_return AccessToken{token_, WallClock::now() + std::chrono::hours(24 * 365), std::nullopt};
+        co_return AccessToken{token_, WallClock::now() + std::chrono::hours(24 * 365),
+                              std::nullopt};
     }
 
-private:
+  private:
     std::string token_;
 };
 

@@ -1,8 +1,8 @@
 #include "token_service.hpp"
 
+#include <fmt/format.h>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
-#include <fmt/format.h>
 
 #include "maf_sandbox/net/http.hpp"
 
@@ -101,8 +101,8 @@ std::string url_encode(std::string_view text) {
     static constexpr char kHex[] = "0123456789ABCDEF";
     std::string out;
     for (unsigned char c : text) {
-        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-            c == '_' || c == '.' || c == '~') {
+        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '_' || c == '.' || c == '~') {
             out.push_back(static_cast<char>(c));
         } else {
             out.push_back('%');
@@ -171,10 +171,10 @@ AccessToken parse_managed_identity_answer(std::string_view body, std::string_vie
     if (const auto expires_on = integer_field(object, "expires_on")) {
         token.expires_on = WallClock::time_point(std::chrono::seconds(*expires_on));
     } else {
-        token.expires_on = now + std::chrono::seconds(integer_field(object, "expires_in").value_or(3600));
+        token.expires_on =
+            now + std::chrono::seconds(integer_field(object, "expires_in").value_or(3600));
     }
-    const auto lifetime =
-        std::chrono::duration_cast<std::chrono::seconds>(token.expires_on - now);
+    const auto lifetime = std::chrono::duration_cast<std::chrono::seconds>(token.expires_on - now);
     token.refresh_on = refresh_point(now, std::max(lifetime, std::chrono::seconds(0)));
     return token;
 }

@@ -2,8 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+
+#include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/in_process.hpp"
+#include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
 
 namespace maf_sandbox::cli {
@@ -12,6 +17,36 @@ namespace {
 // One line per backend; keep the refusal message below in step.
 constexpr const char* kInProcess = "in-process";
 constexpr const char* kLocal = "local";
+constexpr const char* kAcas = "acas";
+
+std::string or_environment(const std::string& value, const char* variable) {
+    if (!value.empty())
+        return value;
+    const char* from_environment = std::getenv(variable);
+    return from_environment ? std::string(from_environment) : std::string();
+}
+
+std::shared_ptr<maf_sandbox::SandboxBackend> make_acas_backend(const BackendOptions& options) {
+    acas::AcasSandboxConfig config;
+    config.endpoint = or_environment(options.endpoint, "ACAS_SANDBOX_ENDPOINT");
+    config.subscription_id =
+        or_environment(options.subscription_id, "ACAS_SANDBOX_SUBSCRIPTION_ID");
+    config.resource_group = or_environment(options.resource_group, "ACAS_SANDBOX_RESOURCE_GROUP");
+    config.sandbox_group = or_environment(options.sandbox_group, "ACAS_SANDBOX_GROUP");
+    config.registry = or_environment(options.registry, "ACAS_SANDBOX_REGISTRY");
+    if (auto ca = or_environment(options.ca_file, "ACAS_SANDBOX_CA_FILE"); !ca.empty())
+        config.ca_file = ca;
+    if (auto token = or_environment(options.token, "ACAS_SANDBOX_TOKEN"); !token.empty())
+        config.token = token;
+    config.emulator = options.emulator;
+    auto backend = std::make_shared<acas::AcasBackend>(std::move(config));
+    if (backend->isolation() == Isolation::none) {
+        // Emulator mode: learn the rung the emulator names before any router reads isolation().
+        boost::asio::io_context io;
+        run_blocking(io, backend->discover());
+    }
+    return backend;
+}
 }  // namespace
 
 std::shared_ptr<maf_sandbox::SandboxBackend> make_backend(const std::string& name) {
@@ -21,7 +56,49 @@ std::shared_ptr<maf_sandbox::SandboxBackend> make_backend(const std::string& nam
     if (name == kLocal) {
         return std::make_shared<local::LocalBackend>();
     }
-    throw InvalidArgument(fmt::format("unknown backend '{}'; use one of: {}, {}", name, kInProcess, kLocal));
+    if (name == kAcas) {
+        return make_acas_backend(BackendOptions{});
+    }
+    throw InvalidArgument(fmt::format("unknown backend '{}'; use one of: {}, {}, {}", name,
+                                      kInProcess, kLocal, kAcas));
+}
+
+std::shared_ptr<maf_sandbox::SandboxBackend> make_backend(const std::string& name,
+                                                          const BackendOptions& options) {
+    if (name == kAcas) {
+        return make_acas_backend(options);
+    }
+    return make_backend(name);
+}
+
+void add_backend_options(CLI::App& command, BackendOptions& options) {
+    command.add_option("--endpoint", options.endpoint,
+                       "ACAS data-plane endpoint, https://management.<region>.azuredevcompute.io "
+                       "(ACAS_SANDBOX_ENDPOINT)");
+    command.add_option("--subscription-id", options.subscription_id,
+                       "Azure subscription of the sandbox group (ACAS_SANDBOX_SUBSCRIPTION_ID)");
+    command.add_option("--resource-group", options.resource_group,
+                       "Resource group of the sandbox group (ACAS_SANDBOX_RESOURCE_GROUP)");
+    command.add_option("--sandbox-group", options.sandbox_group,
+                       "ACAS sandbox group (ACAS_SANDBOX_GROUP)");
+    command.add_option("--registry", options.registry,
+                       "Registry that qualifies repo:tag images (ACAS_SANDBOX_REGISTRY)");
+    command.add_option(
+        "--ca-file", options.ca_file,
+        "Extra CA certificate (PEM) to trust, e.g. the emulator's ca.pem (ACAS_SANDBOX_CA_FILE)");
+    command.add_option(
+        "--token", options.token,
+        "Static bearer token for emulators and tests (ACAS_SANDBOX_TOKEN); default: the "
+        "Azure default credential chain");
+    command.add_flag(
+        "--emulator", options.emulator,
+        "The endpoint is an acas-emulator: declare the rung it names (implied for loopback)");
+}
+
+std::string default_image_for(const maf_sandbox::SandboxBackend& backend) {
+    if (backend.name() != kAcas)
+        return {};
+    return backend.isolation() == Isolation::microvm ? "ubuntu" : "host";
 }
 
 }  // namespace maf_sandbox::cli

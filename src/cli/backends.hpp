@@ -7,9 +7,38 @@
 
 #include "maf_sandbox/core/sandbox.hpp"
 
+namespace CLI {
+class App;
+}
+
 namespace maf_sandbox::cli {
 
 // A fresh backend for `name`. Throws InvalidArgument naming the known backends for any other name.
+// The acas backend reads its settings from the environment (ACAS_SANDBOX_*) here.
 std::shared_ptr<maf_sandbox::SandboxBackend> make_backend(const std::string& name);
+
+// Settings of backends that need more than a name. Every unset field falls back to its
+// environment variable.
+struct BackendOptions {
+    std::string endpoint;         // --endpoint, ACAS_SANDBOX_ENDPOINT
+    std::string subscription_id;  // --subscription-id, ACAS_SANDBOX_SUBSCRIPTION_ID
+    std::string resource_group;   // --resource-group, ACAS_SANDBOX_RESOURCE_GROUP
+    std::string sandbox_group;    // --sandbox-group, ACAS_SANDBOX_GROUP
+    std::string registry;         // --registry, ACAS_SANDBOX_REGISTRY
+    std::string ca_file;          // --ca-file, ACAS_SANDBOX_CA_FILE
+    std::string token;            // --token, ACAS_SANDBOX_TOKEN (never logged)
+    bool emulator = false;        // --emulator (implied by a loopback endpoint)
+};
+
+// Adds --endpoint, --subscription-id, --resource-group, --sandbox-group, --registry, --ca-file,
+// --token and --emulator to `command`.
+void add_backend_options(CLI::App& command, BackendOptions& options);
+
+std::shared_ptr<maf_sandbox::SandboxBackend> make_backend(const std::string& name,
+                                                          const BackendOptions& options);
+
+// The image a command should default to for `backend`: "host" for an acas backend in emulator
+// mode (the emulator's runtime image), "ubuntu" for the real service, empty otherwise.
+std::string default_image_for(const maf_sandbox::SandboxBackend& backend);
 
 }  // namespace maf_sandbox::cli

@@ -1,9 +1,9 @@
 // `maf-sandbox run | exec | ls | rm | purge | gc`: the local runtime from the command line.
-#include <CLI/CLI.hpp>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+#include <boost/json.hpp>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -11,6 +11,7 @@
 
 #include "cli.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/runtime/gc.hpp"
@@ -38,20 +39,27 @@ struct LocalOptions {
 
 void require_local(const LocalOptions& options) {
     if (options.backend != "local") {
-        throw InvalidArgument(fmt::format(
-            "this command manages local sandboxes only; --backend {} is not supported here (use --backend local)",
-            options.backend));
+        throw InvalidArgument(
+            fmt::format("this command manages local sandboxes only; --backend {} is not supported "
+                        "here (use --backend local)",
+                        options.backend));
     }
 }
 
-void require_floor(const LocalOptions& options) {
-    const auto floor = parse_isolation(options.floor);
-    if (!meets_floor(Isolation::container, floor)) {
+// Every command that acquires goes through the router, whose default floor is microvm: the local
+// backend is a container backend, so the user consents with --floor container (or lower).
+SandboxRouter local_router(std::shared_ptr<local::LocalBackend> backend,
+                           const LocalOptions& options, const Context& context) {
+    SandboxRouterOptions router_options;
+    router_options.min_isolation = parse_isolation(options.floor);
+    router_options.log = context.log;
+    if (!meets_floor(backend->isolation(), router_options.min_isolation)) {
         throw SandboxBackendNotPermitted(fmt::format(
-            "--backend local provides isolation 'container', below the floor '{}' (the router's default is "
-            "microvm); to consent to container isolation pass --floor container",
+            "--backend local provides isolation 'container', below the floor '{}' (the router's "
+            "default is microvm); to consent to container isolation pass --floor container",
             options.floor));
     }
+    return SandboxRouter({std::move(backend)}, router_options);
 }
 
 local::LocalBackendConfig config_from(const LocalOptions& options) {
@@ -71,12 +79,17 @@ local::LocalBackendConfig config_from(const LocalOptions& options) {
 
 void add_limit_flags(CLI::App& command, LocalOptions& options) {
     command.add_option("--backend", options.backend, "local (default)");
-    command.add_option("--floor", options.floor, "Isolation floor; local needs --floor container or lower");
+    command.add_option("--floor", options.floor,
+                       "Isolation floor; local needs --floor container or lower");
     command.add_option("--image", options.image, "Guest image (default host)");
-    command.add_option("--max-output", options.max_output, "Per-stream output cap in bytes (default 1 MiB)")
+    command
+        .add_option("--max-output", options.max_output,
+                    "Per-stream output cap in bytes (default 1 MiB)")
         ->check(CLI::PositiveNumber);
-    command.add_option("--disk", options.disk, "Writable layer size in bytes")->check(CLI::PositiveNumber);
-    command.add_option("--memory", options.memory, "Memory limit in bytes")->check(CLI::PositiveNumber);
+    command.add_option("--disk", options.disk, "Writable layer size in bytes")
+        ->check(CLI::PositiveNumber);
+    command.add_option("--memory", options.memory, "Memory limit in bytes")
+        ->check(CLI::PositiveNumber);
     command.add_option("--pids", options.pids, "Process limit")->check(CLI::PositiveNumber);
     command.add_option("--timeout", options.timeout, "Seconds before the command's tree is killed")
         ->check(CLI::PositiveNumber);
@@ -125,42 +138,50 @@ void add_local_commands(CLI::App& app, Context& context) {
     // run: one shot.
     {
         auto options = std::make_shared<LocalOptions>();
-        auto* command = app.add_subcommand("run", "Run one command in a fresh local sandbox, then dispose of it");
+        auto* command = app.add_subcommand(
+            "run", "Run one command in a fresh local sandbox, then dispose of it");
         add_limit_flags(*command, *options);
-        command->add_option("--in", options->inputs, "HOSTFILE[:GUESTPATH] copied in before the command");
+        command->add_option("--in", options->inputs,
+                            "HOSTFILE[:GUESTPATH] copied in before the command");
         command->add_option("--out", options->outputs, "GUESTPATH copied out after the command");
         command->add_option("--out-dir", options->out_dir, "Where --out files land (default .)");
         command->callback([options, &context] {
             require_local(*options);
-            require_floor(*options);
             for (const auto& arg : options->command) {
                 if (arg.find('\0') != std::string::npos) {
                     throw InvalidArgument("the command contains a NUL byte");
                 }
             }
-            local::LocalBackend backend(config_from(*options));
+            auto router = local_router(
+                std::make_shared<local::LocalBackend>(config_from(*options)), *options, context);
             SandboxSpecFields fields;
             fields.kind = "run";
             fields.image = options->image;
             fields.isolation_scope = IsolationScope::call;
+            fields.requires_capabilities = {Capability::exec, Capability::files_in};
+            if (!options->outputs.empty()) {
+                fields.requires_capabilities.insert(Capability::files_out);
+            }
             const SandboxKey key{"cli", random_thread(), options->agent, "run"};
-            auto sandbox = run_blocking(backend.acquire(key, SandboxSpec(fields)));
+            auto sandbox = run_blocking(router.acquire(key, SandboxSpec(fields)));
             struct Dispose {
-                local::LocalBackend& backend;
+                SandboxRouter& router;
                 const SandboxKey& key;
-                ~Dispose() { run_blocking(backend.dispose_scope(key.scope, key.thread_id)); }
-            } dispose{backend, key};
+                ~Dispose() { run_blocking(router.dispose_scope(key.scope, key.thread_id)); }
+            } dispose{router, key};
             for (const auto& input : options->inputs) {
                 const auto colon = input.find(':');
                 const std::string host = input.substr(0, colon);
-                const std::string guest =
-                    colon == std::string::npos ? std::filesystem::path(host).filename().string() : input.substr(colon + 1);
+                const std::string guest = colon == std::string::npos
+                                              ? std::filesystem::path(host).filename().string()
+                                              : input.substr(colon + 1);
                 run_blocking(sandbox->write_file(guest, read_host_file(host), ""));
             }
             context.exit_code = run_in(*sandbox, *options);
             for (const auto& output : options->outputs) {
                 const auto bytes = run_blocking(sandbox->read_file(output, "", 1ull << 30));
-                const auto target = std::filesystem::path(options->out_dir) / std::filesystem::path(output).filename();
+                const auto target = std::filesystem::path(options->out_dir) /
+                                    std::filesystem::path(output).filename();
                 std::ofstream(target, std::ios::binary) << bytes;
             }
         });
@@ -168,7 +189,8 @@ void add_local_commands(CLI::App& app, Context& context) {
     // exec: warm reuse by key.
     {
         auto options = std::make_shared<LocalOptions>();
-        auto* command = app.add_subcommand("exec", "Run a command in the warm local sandbox of a key");
+        auto* command =
+            app.add_subcommand("exec", "Run a command in the warm local sandbox of a key");
         add_limit_flags(*command, *options);
         command->add_option("--scope", options->scope, "Conversation scope")->required();
         command->add_option("--thread", options->thread, "Conversation thread")->required();
@@ -176,13 +198,13 @@ void add_local_commands(CLI::App& app, Context& context) {
         command->add_option("--kind", options->kind, "Sandbox kind (default shell)");
         command->callback([options, &context] {
             require_local(*options);
-            require_floor(*options);
-            local::LocalBackend backend(config_from(*options));
+            auto router = local_router(
+                std::make_shared<local::LocalBackend>(config_from(*options)), *options, context);
             SandboxSpecFields fields;
             fields.kind = options->kind;
             fields.image = options->image;
-            auto sandbox = run_blocking(
-                backend.acquire({options->scope, options->thread, options->agent, ""}, SandboxSpec(fields)));
+            auto sandbox = run_blocking(router.acquire(
+                {options->scope, options->thread, options->agent, ""}, SandboxSpec(fields)));
             context.exit_code = run_in(*sandbox, *options);
         });
     }
@@ -191,7 +213,8 @@ void add_local_commands(CLI::App& app, Context& context) {
         auto options = std::make_shared<LocalOptions>();
         auto* command = app.add_subcommand("ls", "List local sandboxes");
         command->add_option("--backend", options->backend, "local (default)");
-        command->add_option("--label", options->labels, "k=v selector (repeatable, all must match)");
+        command->add_option("--label", options->labels,
+                            "k=v selector (repeatable, all must match)");
         command->add_flag("--json", options->json, "A JSON array of {id, labels, image, state}");
         command->callback([options] {
             require_local(*options);
@@ -204,8 +227,10 @@ void add_local_commands(CLI::App& app, Context& context) {
                     for (const auto& [k, v] : info.labels) {
                         labels[k] = v;
                     }
-                    out.emplace_back(boost::json::object{
-                        {"id", info.id}, {"labels", std::move(labels)}, {"image", info.image}, {"state", info.state}});
+                    out.emplace_back(boost::json::object{{"id", info.id},
+                                                         {"labels", std::move(labels)},
+                                                         {"image", info.image},
+                                                         {"state", info.state}});
                 }
                 std::cout << boost::json::serialize(out) << "\n";
                 return;
@@ -215,7 +240,8 @@ void add_local_commands(CLI::App& app, Context& context) {
                 for (const auto& [k, v] : info.labels) {
                     labels += fmt::format("{}{}={}", labels.empty() ? "" : ",", k, v);
                 }
-                std::cout << fmt::format("{}  {}  {}  {}\n", info.id, info.state, info.image, labels);
+                std::cout << fmt::format("{}  {}  {}  {}\n", info.id, info.state, info.image,
+                                         labels);
             }
         });
     }
@@ -252,15 +278,17 @@ void add_local_commands(CLI::App& app, Context& context) {
     // gc
     {
         auto options = std::make_shared<LocalOptions>();
-        auto* command = app.add_subcommand("gc", "Reclaim what crashed or expired local sandboxes left behind");
+        auto* command =
+            app.add_subcommand("gc", "Reclaim what crashed or expired local sandboxes left behind");
         command->add_option("--backend", options->backend, "local (default)");
         command->callback([options, &context] {
             require_local(*options);
             runtime::Registry registry(runtime::default_state_dir());
             const auto report = runtime::reconcile(registry);
-            std::cout << fmt::format("examined {}, alive {}, reclaimed {}, orphan dirs removed {}, failed {}\n",
-                                     report.examined, report.alive, report.reclaimed, report.orphan_dirs_removed,
-                                     report.failed);
+            std::cout << fmt::format(
+                "examined {}, alive {}, reclaimed {}, orphan dirs removed {}, failed {}\n",
+                report.examined, report.alive, report.reclaimed, report.orphan_dirs_removed,
+                report.failed);
             for (const auto& error : report.errors) {
                 context.log->error("{}", error);
             }

@@ -66,8 +66,8 @@ struct McpOptions {
 std::string read_text_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
-        throw InvalidArgument(fmt::format("option '--config': cannot read '{}': {}", path,
-                                          std::strerror(errno)));
+        throw InvalidArgument(
+            fmt::format("option '--config': cannot read '{}': {}", path, std::strerror(errno)));
     }
     std::ostringstream content;
     content << in.rdbuf();
@@ -294,8 +294,7 @@ Service build_service(const McpOptions& options, Context& context) {
     router_options.log = context.log;
     Service service;
     service.router = std::make_shared<SandboxRouter>(
-        std::vector<std::shared_ptr<SandboxBackend>>{backend_named(backend_name)},
-        router_options);
+        std::vector<std::shared_ptr<SandboxBackend>>{backend_named(backend_name)}, router_options);
     auto codeact = std::make_shared<kinds::CodeActTool>(service.router, codeact_config, store,
                                                         std::move(sink), context.log);
     auto shell = std::make_shared<kinds::ShellTool>(service.router, kinds::ShellConfig{settings},
@@ -320,8 +319,7 @@ Task<void> serve_http_until_signal(mcp::McpHttpServer& http) {
     co_await http.stop();
 }
 
-void run(const McpOptions& flags, const std::optional<std::string>& config_path,
-         Context& context) {
+void run(const McpOptions& flags, const std::optional<std::string>& config_path, Context& context) {
     context.log->set_level(spdlog::level::info);
     const auto options = merge(config_path ? read_config(*config_path) : McpOptions{}, flags);
     auto service = build_service(options, context);

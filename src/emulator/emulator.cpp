@@ -5,6 +5,8 @@
 #include <atomic>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -12,6 +14,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/url/parse.hpp>
+#include <boost/url/url.hpp>
 #include <boost/url/url_view.hpp>
 #include <charconv>
 #include <fmt/format.h>
@@ -79,24 +82,6 @@ Problem not_found(const std::string& id) {
 
 Problem not_running(const std::string& id) {
     return Problem{409, "SandboxNotRunning", fmt::format("Sandbox '{}' is not in Running state", id)};
-}
-
-std::vector<std::string> split_path(std::string_view path) {
-    std::vector<std::string> out;
-    std::size_t start = 0;
-    while (start < path.size()) {
-        if (path[start] == '/') {
-            ++start;
-            continue;
-        }
-        auto end = path.find('/', start);
-        if (end == std::string_view::npos) {
-            end = path.size();
-        }
-        out.emplace_back(path.substr(start, end - start));
-        start = end;
-    }
-    return out;
 }
 
 json::object parse_object_body(const std::string& body, bool allow_empty) {
@@ -248,21 +233,37 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
 
     // --- helpers ------------------------------------------------------------------------------
 
+    // Runs blocking `f` on the worker pool and resumes the caller on its own executor with the
+    // result (or the exception). Built on async_initiate rather than a coroutine lambda: GCC 12
+    // destroys captured temporaries of a co_await expression twice.
     template <typename F>
-    Task<std::invoke_result_t<F>> offload(F f) {
-        using R = std::invoke_result_t<F>;
-        if constexpr (std::is_void_v<R>) {
-            co_await asio::co_spawn(
-                pool.get_executor(), [f = std::move(f)]() -> Task<void> {
-                    f();
-                    co_return;
-                },
-                asio::use_awaitable);
-        } else {
-            co_return co_await asio::co_spawn(
-                pool.get_executor(), [f = std::move(f)]() -> Task<R> { co_return f(); },
-                asio::use_awaitable);
-        }
+    auto offload(F&& job) {
+        using Fn = std::decay_t<F>;
+        using R = std::invoke_result_t<Fn&>;
+        using Value = std::conditional_t<std::is_void_v<R>, int, R>;
+        return asio::async_initiate<const asio::use_awaitable_t<>&,
+                                    void(std::exception_ptr, Value)>(
+            [this](auto handler, Fn fn) {
+                asio::post(pool, [fn = std::move(fn), handler = std::move(handler)]() mutable {
+                    std::exception_ptr failure;
+                    Value value{};
+                    try {
+                        if constexpr (std::is_void_v<R>) {
+                            fn();
+                        } else {
+                            value = fn();
+                        }
+                    } catch (...) {
+                        failure = std::current_exception();
+                    }
+                    auto target = asio::get_associated_executor(handler);
+                    asio::dispatch(target, [handler = std::move(handler), failure,
+                                            value = std::move(value)]() mutable {
+                        handler(failure, std::move(value));
+                    });
+                });
+            },
+            asio::use_awaitable, Fn(std::forward<F>(job)));
     }
 
     Task<void> sleep_ms(std::uint64_t ms) {
@@ -462,8 +463,9 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             }
             if (rest.size() >= 3 && rest[2] == "files") {
                 route = rest.size() == 3 ? "files" : "files." + rest[3];
-                co_return co_await files(id, request, query,
-                                         rest.size() == 3 ? std::string() : rest[3]);
+                // Named first: GCC 12 double-destroys temporaries inside co_await expressions.
+                const std::string op = rest.size() == 3 ? std::string() : rest[3];
+                co_return co_await files(id, request, query, op);
             }
         }
         if (!rest.empty() && rest[0] == "diskimages") {
@@ -543,8 +545,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         if (offset + page_size < matching.size()) {
             boost::urls::url next;
             next.set_scheme(scheme);
-            next.set_encoded_host(request.headers.get("host").value_or(
-                fmt::format("127.0.0.1:{}", port)));
+            next.set_encoded_authority(request.headers.get("host").value_or(
+                fmt::format("{}:{}", options.host, port)));
             next.set_path(group_prefix + "/sandboxes");
             next.params().append({"api-version", api});
             if (auto labels = query.get("labels"); labels && !labels->empty()) {
@@ -685,8 +687,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 json::object handle;
                 std::string failure;
                 try {
-                    handle = co_await self->offload(
-                        [self, launch]() { return self->engine->launch(launch); });
+                    auto job1 = [self, launch]() { return self->engine->launch(launch); };
+                    handle = co_await self->offload(job1);
                 } catch (const std::exception& e) {
                     failure = e.what();
                 }
@@ -727,7 +729,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 }
                 if (!h.empty()) {
                     try {
-                        co_await self->offload([self, h]() { self->engine->destroy(h); });
+                        auto job2 = [self, h]() { self->engine->destroy(h); };
+                        co_await self->offload(job2);
                     } catch (const std::exception& e) {
                         self->logger->error("deleting sandbox {}: {}", id, e.what());
                     }
@@ -859,12 +862,13 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         const auto handle = doc.handle;
         auto self = shared_from_this();
         // Not tied to the request: a client that goes away does not stop the command.
-        const auto result = co_await offload([self, handle, text, cwd]() {
+        auto job3 = [self, handle, text, cwd]() {
             return self->engine->exec(
                 handle, text, cwd,
                 std::chrono::duration_cast<std::chrono::milliseconds>(kExecServerTimeout),
                 kExecOutputCeiling);
-        });
+        };
+        const auto result = co_await offload(job3);
         const bool overflow =
             result.stdout_total > kExecOutputCeiling || result.stderr_total > kExecOutputCeiling;
         std::string out = result.stdout_head;
@@ -903,9 +907,9 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         };
         if (op.empty() && m == "GET") {
             const auto path = path_param();
-            const auto kind = co_await offload(
-                [with_plane, path]() { return with_plane([&](FilePlane& p) {
-                    return p.classify_read(path); }); });
+            auto job4 = [with_plane, path]() { return with_plane([&](FilePlane& p) {
+                    return p.classify_read(path); }); };
+            const auto kind = co_await offload(job4);
             if (kind == ReadKind::fifo) {
                 // The service never answers a FIFO read; neither do we (until shutdown).
                 asio::steady_timer forever(executor, std::chrono::hours(24));
@@ -913,9 +917,10 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 co_await forever.async_wait(asio::redirect_error(asio::use_awaitable, ec));
                 throw Problem{503, "ServiceUnavailable", "The emulator is shutting down."};
             }
-            auto bytes = co_await offload([with_plane, path]() {
+            auto job5 = [with_plane, path]() {
                 return with_plane([&](FilePlane& p) { return p.read(path, kMaxFileRead); });
-            });
+            };
+            auto bytes = co_await offload(job5);
             HttpResponse r;
             r.headers.set("Content-Type", "application/octet-stream");
             r.body = std::move(bytes);
@@ -934,37 +939,41 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 mode = static_cast<mode_t>(value);
             }
             const auto content = request.body;
-            co_await offload([with_plane, path, content, create_dirs, mode]() {
+            auto job6 = [with_plane, path, content, create_dirs, mode]() {
                 with_plane([&](FilePlane& p) {
                     p.write(path, content, create_dirs, mode);
                     return 0;
                 });
-            });
+            };
+            co_await offload(job6);
             co_return json_response(200, json::object{});
         }
         if (op.empty() && m == "DELETE") {
             const auto path = path_param();
             const bool recursive = truthy(query.get("recursive"), false);
-            co_await offload([with_plane, path, recursive]() {
+            auto job7 = [with_plane, path, recursive]() {
                 with_plane([&](FilePlane& p) {
                     p.remove(path, recursive);
                     return 0;
                 });
-            });
+            };
+            co_await offload(job7);
             co_return empty_response(204);
         }
         if (op == "stat" && m == "GET") {
             const auto path = path_param();
-            auto entry = co_await offload([with_plane, path]() {
+            auto job8 = [with_plane, path]() {
                 return with_plane([&](FilePlane& p) { return p.stat(path); });
-            });
+            };
+            auto entry = co_await offload(job8);
             co_return json_response(200, entry);
         }
         if (op == "list" && m == "GET") {
             const auto path = path_param();
-            auto listing = co_await offload([with_plane, path]() {
+            auto job9 = [with_plane, path]() {
                 return with_plane([&](FilePlane& p) { return p.list(path); });
-            });
+            };
+            auto listing = co_await offload(job9);
             co_return json_response(200, listing);
         }
         if (op == "mkdir" && m == "POST") {
@@ -974,12 +983,13 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 throw Problem{400, "One or more validation errors occurred.",
                               "'path' is required."};
             }
-            co_await offload([with_plane, path]() {
+            auto job10 = [with_plane, path]() {
                 with_plane([&](FilePlane& p) {
                     p.mkdir(path);
                     return 0;
                 });
-            });
+            };
+            co_await offload(job10);
             co_return json_response(200, json::object{});
         }
         throw Problem{404, "NotFound", "No data-plane route matches this path."};
@@ -1089,8 +1099,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                     }
                     const auto local = fmt::format("acas-img-{}:latest", hex);
                     try {
-                        co_await self->offload(
-                            [self, archive, local]() { self->engine->import_image(*archive, local); });
+                        auto job11 = [self, archive, local]() { self->engine->import_image(*archive, local); };
+                        co_await self->offload(job11);
                         done.state = "Ready";
                         done.local_image = local;
                     } catch (const std::exception& e) {
@@ -1237,10 +1247,22 @@ std::uint16_t Emulator::start() {
         if (impl.options.tls_cert && impl.options.tls_key) {
             server_options.tls = net::load_pem_files(*impl.options.tls_cert, *impl.options.tls_key);
         } else {
-            auto authority = net::generate_self_signed({"localhost"}, {"127.0.0.1"});
-            net::write_file_atomically(impl.options.state_dir / "ca.pem",
-                                       authority.ca_certificate_pem, 0644);
-            server_options.tls = std::move(authority.server);
+            // Kept across restarts, so clients that trust ca.pem keep working.
+            const auto tls_dir = impl.options.state_dir / "tls";
+            const auto cert = tls_dir / "server.pem";
+            const auto key = tls_dir / "server-key.pem";
+            if (std::filesystem::exists(cert) && std::filesystem::exists(key) &&
+                std::filesystem::exists(impl.options.state_dir / "ca.pem")) {
+                server_options.tls = net::load_pem_files(cert, key);
+            } else {
+                std::filesystem::create_directories(tls_dir);
+                auto authority = net::generate_self_signed({"localhost"}, {"127.0.0.1"});
+                net::write_file_atomically(key, authority.server.private_key_pem, 0600);
+                net::write_file_atomically(cert, authority.server.certificate_chain_pem, 0644);
+                net::write_file_atomically(impl.options.state_dir / "ca.pem",
+                                           authority.ca_certificate_pem, 0644);
+                server_options.tls = std::move(authority.server);
+            }
         }
     } else {
         impl.scheme = "http";

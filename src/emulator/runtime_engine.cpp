@@ -88,7 +88,8 @@ public:
         for (const auto& [k, v] : request.environment) {
             launch.env.emplace_back(k, v);
         }
-        launch.default_cwd = plan.workdir.empty() ? "/" : plan.workdir;
+        // The service's default exec directory is unknown; "/" always exists (docs/emulator.md).
+        launch.default_cwd = "/";
         launch.hostname = "sandbox";
         launch.limits.pids = 4096;
         launch.limits.memory_bytes = request.memory_bytes;

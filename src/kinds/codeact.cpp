@@ -214,8 +214,8 @@ struct CodeActTool::Impl {
         fields.work_dir = site.call_path;
         std::exception_ptr error;
         try {
-            auto landed = co_await collect_outputs(*site.sandbox, SandboxSpec(std::move(fields)),
-                                                   sink);
+            auto landed =
+                co_await collect_outputs(*site.sandbox, SandboxSpec(std::move(fields)), sink);
             for (auto& artifact : landed) {
                 result.landed.push_back(std::move(artifact.display));
             }
@@ -244,11 +244,11 @@ struct CodeActTool::Impl {
 CodeActTool::CodeActTool(std::shared_ptr<SandboxRouter> router, CodeActConfig config,
                          std::shared_ptr<const FileStore> store, std::optional<OutputSink> sink,
                          std::shared_ptr<spdlog::logger> log)
-    : impl_(std::make_unique<Impl>(Impl{
-          detail::KindBinding{std::move(router), codeact_spec(config), config.sandbox.timeout,
-                              config.sandbox.max_output_bytes, config.sandbox.cleanup_timeout,
-                              std::move(log), kCodeActToolName},
-          config, std::move(store), std::move(sink)})) {
+    : impl_(std::make_unique<Impl>(
+          Impl{detail::KindBinding{std::move(router), codeact_spec(config), config.sandbox.timeout,
+                                   config.sandbox.max_output_bytes, config.sandbox.cleanup_timeout,
+                                   std::move(log), kCodeActToolName},
+               config, std::move(store), std::move(sink)})) {
     if (!impl_->binding.router) {
         throw InvalidArgument("execute_code needs a router; pass the host's SandboxRouter");
     }
@@ -266,10 +266,18 @@ CodeActTool::CodeActTool(std::shared_ptr<SandboxRouter> router, CodeActConfig co
 
 CodeActTool::~CodeActTool() = default;
 
-const SandboxSpec& CodeActTool::spec() const { return impl_->binding.spec; }
-ResultProvenance CodeActTool::provenance() const { return detail::provenance_of(impl_->binding); }
-const CodeActConfig& CodeActTool::config() const { return impl_->config; }
-const FileStore& CodeActTool::store() const { return *impl_->store; }
+const SandboxSpec& CodeActTool::spec() const {
+    return impl_->binding.spec;
+}
+ResultProvenance CodeActTool::provenance() const {
+    return detail::provenance_of(impl_->binding);
+}
+const CodeActConfig& CodeActTool::config() const {
+    return impl_->config;
+}
+const FileStore& CodeActTool::store() const {
+    return *impl_->store;
+}
 
 Task<ToolResult> CodeActTool::execute_code(CallerContext caller, CodeActArguments arguments,
                                            ProgressReporter progress) {

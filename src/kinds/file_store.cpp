@@ -29,7 +29,7 @@ bool sendable_name(const std::string& name) {
 
 // Closes the descriptor on every path out of read().
 class ScopedFd {
-public:
+  public:
     explicit ScopedFd(int fd) : fd_(fd) {}
     ~ScopedFd() {
         if (fd_ >= 0) {
@@ -40,7 +40,7 @@ public:
     ScopedFd& operator=(const ScopedFd&) = delete;
     int get() const { return fd_; }
 
-private:
+  private:
     int fd_;
 };
 
@@ -136,9 +136,9 @@ std::string FileStore::read(std::string_view name, std::uint64_t max_bytes) cons
         content.append(buffer, static_cast<std::size_t>(n));
         // The file may grow after fstat: the cap holds for what is actually read.
         if (content.size() > max_bytes) {
-            throw SandboxTransferCapExceeded(fmt::format(
-                "store file '{}' grew over the {}-byte per-file cap while being read", name,
-                max_bytes));
+            throw SandboxTransferCapExceeded(
+                fmt::format("store file '{}' grew over the {}-byte per-file cap while being read",
+                            name, max_bytes));
         }
     }
     return content;

@@ -39,7 +39,8 @@ constexpr const char* kExecFailed =
     "The sandbox failed while running the program (not the program itself). Try again; if it keeps "
     "failing, ask the operator (the reason is in the server's log).";
 constexpr const char* kCallFailed =
-    "The call failed inside the sandbox host. Try again; if it keeps failing, ask the operator (the "
+    "The call failed inside the sandbox host. Try again; if it keeps failing, ask the operator "
+    "(the "
     "reason is in the server's log).";
 
 std::string describe(const std::exception_ptr& error) {
@@ -91,14 +92,14 @@ Task<void> clean_up(const KindBinding& binding, const CallSite& site, bool was_c
         auto reason = co_await binding.router->cleanup_call(site.sandbox, site.key, binding.spec,
                                                             site.call_path, timeout);
         if (reason) {
-            binding.log->warn("{}: the call directory {} was not cleaned up: {}",
-                              binding.tool_name, site.call_path, *reason);
+            binding.log->warn("{}: the call directory {} was not cleaned up: {}", binding.tool_name,
+                              site.call_path, *reason);
         }
-        const auto scope = stronger(binding.router->min_isolation_scope(),
-                                    binding.spec->isolation_scope);
+        const auto scope =
+            stronger(binding.router->min_isolation_scope(), binding.spec->isolation_scope);
         if (scope == IsolationScope::call) {
-            const bool done = co_await binding.router->dispose_kind(site.key, binding.spec->kind,
-                                                                    timeout);
+            const bool done =
+                co_await binding.router->dispose_kind(site.key, binding.spec->kind, timeout);
             if (!done) {
                 binding.log->warn("{}: the call-scoped sandbox of call {} was not disposed",
                                   binding.tool_name, site.key.call_id);
@@ -197,8 +198,7 @@ Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey ke
         body_error = std::current_exception();
     }
     // The finally: runs on success, failure and cancellation alike.
-    const bool was_cancelled =
-        is_cancelled(co_await boost::asio::this_coro::cancellation_state);
+    const bool was_cancelled = is_cancelled(co_await boost::asio::this_coro::cancellation_state);
     if (was_cancelled) {
         // A fresh cancellation state, so the cleanup's own operations are not aborted at once.
         co_await boost::asio::this_coro::reset_cancellation_state();
@@ -228,8 +228,8 @@ Task<bool> run_program(const KindBinding& binding, CallSite& site, Command comma
     std::exception_ptr error;
     try {
         auto outcome = co_await site.sandbox->exec(std::move(request));
-        result.program = ProgramOutput{outcome.stdout_text(), outcome.stderr_text(),
-                                       outcome.exit_code};
+        result.program =
+            ProgramOutput{outcome.stdout_text(), outcome.stderr_text(), outcome.exit_code};
         co_return true;
     } catch (const ExecOutputLimitExceeded& over) {
         const auto shown = over.stdout_head().size() + over.stderr_head().size();

@@ -55,11 +55,11 @@ struct ShellTool::Impl {
 
 ShellTool::ShellTool(std::shared_ptr<SandboxRouter> router, ShellConfig config,
                      std::shared_ptr<spdlog::logger> log)
-    : impl_(std::make_unique<Impl>(Impl{
-          detail::KindBinding{std::move(router), shell_spec(config), config.sandbox.timeout,
-                              config.sandbox.max_output_bytes, config.sandbox.cleanup_timeout,
-                              std::move(log), kShellToolName},
-          config})) {
+    : impl_(std::make_unique<Impl>(
+          Impl{detail::KindBinding{std::move(router), shell_spec(config), config.sandbox.timeout,
+                                   config.sandbox.max_output_bytes, config.sandbox.cleanup_timeout,
+                                   std::move(log), kShellToolName},
+               config})) {
     if (!impl_->binding.router) {
         throw InvalidArgument("run_shell needs a router; pass the host's SandboxRouter");
     }
@@ -71,9 +71,15 @@ ShellTool::ShellTool(std::shared_ptr<SandboxRouter> router, ShellConfig config,
 
 ShellTool::~ShellTool() = default;
 
-const SandboxSpec& ShellTool::spec() const { return impl_->binding.spec; }
-ResultProvenance ShellTool::provenance() const { return detail::provenance_of(impl_->binding); }
-const ShellConfig& ShellTool::config() const { return impl_->config; }
+const SandboxSpec& ShellTool::spec() const {
+    return impl_->binding.spec;
+}
+ResultProvenance ShellTool::provenance() const {
+    return detail::provenance_of(impl_->binding);
+}
+const ShellConfig& ShellTool::config() const {
+    return impl_->config;
+}
 
 Task<ToolResult> ShellTool::run_shell(CallerContext caller, std::string command,
                                       ProgressReporter progress) {
@@ -86,8 +92,8 @@ Task<ToolResult> ShellTool::run_shell(CallerContext caller, std::string command,
                                  "The command is empty; pass a POSIX shell command line.");
     }
     auto* impl = impl_.get();
-    detail::CallBody body = [impl, command = std::move(command), progress](
-                                detail::CallSite& site, ToolResult& result) {
+    detail::CallBody body = [impl, command = std::move(command), progress](detail::CallSite& site,
+                                                                           ToolResult& result) {
         return impl->run(site, result, command, progress);
     };
     co_return co_await detail::run_in_call_directory(impl_->binding, std::move(*key),

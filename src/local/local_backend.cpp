@@ -2,9 +2,9 @@
 // in-process mutex plus the registry's cross-process flock.
 #include "maf_sandbox/local/local_backend.hpp"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/thread_pool.hpp>
 #include <mutex>
-#include <spdlog/spdlog.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -32,8 +32,8 @@ std::optional<runtime::SandboxHandle> handle_of(const SandboxRecord& record) {
         !record.runtime.contains("socket")) {
         return std::nullopt;
     }
-    return runtime::SandboxHandle::from_runtime_json(record.supervisor.pid, record.supervisor.start_time,
-                                                     record.runtime);
+    return runtime::SandboxHandle::from_runtime_json(record.supervisor.pid,
+                                                     record.supervisor.start_time, record.runtime);
 }
 
 bool alive(const SandboxRecord& record) {
@@ -86,7 +86,8 @@ struct LocalBackend::Impl {
         }
     }
 
-    std::shared_ptr<Sandbox> wrap(const runtime::SandboxHandle& handle, const std::string& work_dir) {
+    std::shared_ptr<Sandbox> wrap(const runtime::SandboxHandle& handle,
+                                  const std::string& work_dir) {
         return std::make_shared<LocalSandbox>(handle, work_dir, config.transfer_limits,
                                               config.default_max_output_bytes, pool);
     }
@@ -113,7 +114,8 @@ struct LocalBackend::Impl {
                     same = same && it != record.labels.end() && it->second == labels.at(name);
                 }
                 const auto call = record.labels.find("call");
-                same = same && (labels.count("call") ? call != record.labels.end() && call->second == labels.at("call")
+                same = same && (labels.count("call") ? call != record.labels.end() &&
+                                                           call->second == labels.at("call")
                                                      : call == record.labels.end());
                 if (!same) {
                     continue;
@@ -123,10 +125,11 @@ struct LocalBackend::Impl {
                     continue;
                 }
                 if (record.egress != spec->egress) {
-                    throw EgressPolicyConflict(fmt::format(
-                        "the live sandbox for this key and kind was created with egress '{}', not '{}'; "
-                        "dispose it first or use the same egress",
-                        to_string(record.egress), to_string(spec->egress)));
+                    throw EgressPolicyConflict(
+                        fmt::format("the live sandbox for this key and kind was created with "
+                                    "egress '{}', not '{}'; "
+                                    "dispose it first or use the same egress",
+                                    to_string(record.egress), to_string(spec->egress)));
                 }
                 record.last_used_at = runtime::Clock::now();
                 registry.update(record);
@@ -137,14 +140,16 @@ struct LocalBackend::Impl {
         return create(labels, spec, image, work_dir);
     }
 
-    std::shared_ptr<Sandbox> create(const std::map<std::string, std::string>& labels, const SandboxSpec& spec,
-                                    const std::string& image, const std::string& work_dir) {
+    std::shared_ptr<Sandbox> create(const std::map<std::string, std::string>& labels,
+                                    const SandboxSpec& spec, const std::string& image,
+                                    const std::string& work_dir) {
         if (spec->egress != Egress::closed) {
             throw SandboxEgressNotEnforced(fmt::format(
                 "the local backend enforces only closed egress so far, not '{}'; use egress closed",
                 to_string(spec->egress)));
         }
-        const runtime::MountPlan plan = images.resolve(image);  // unknown image: before anything exists
+        const runtime::MountPlan plan =
+            images.resolve(image);  // unknown image: before anything exists
         SandboxRecord record;
         record.id = Registry::new_id();
         record.labels = labels;
@@ -185,7 +190,8 @@ struct LocalBackend::Impl {
         }
     }
 
-    int purge_matching(const std::function<bool(const SandboxRecord&)>& match, std::vector<std::string>& failures) {
+    int purge_matching(const std::function<bool(const SandboxRecord&)>& match,
+                       std::vector<std::string>& failures) {
         int count = 0;
         for (const auto& record : registry.list()) {
             if (!match(record)) {
@@ -201,7 +207,8 @@ struct LocalBackend::Impl {
     }
 };
 
-LocalBackend::LocalBackend(LocalBackendConfig config) : impl_(std::make_shared<Impl>(std::move(config))) {}
+LocalBackend::LocalBackend(LocalBackendConfig config)
+    : impl_(std::make_shared<Impl>(std::move(config))) {}
 
 LocalBackend::~LocalBackend() {
     if (impl_ && impl_->pool) {
@@ -209,14 +216,18 @@ LocalBackend::~LocalBackend() {
     }
 }
 
-const fs::path& LocalBackend::state_dir() const noexcept { return impl_->registry.state_dir(); }
+const fs::path& LocalBackend::state_dir() const noexcept {
+    return impl_->registry.state_dir();
+}
 
 BackendDeclarations LocalBackend::declarations() const {
     BackendDeclarations declarations;
-    declarations.capabilities = {Capability::exec,       Capability::files_in,     Capability::files_out,
-                                 Capability::files_list, Capability::files_delete, Capability::reclaim,
+    declarations.capabilities = {Capability::exec,         Capability::files_in,
+                                 Capability::files_out,    Capability::files_list,
+                                 Capability::files_delete, Capability::reclaim,
                                  Capability::host_tools};
-    declarations.limits = SandboxLimits{impl_->config.transfer_limits, impl_->config.transfer_limits};
+    declarations.limits =
+        SandboxLimits{impl_->config.transfer_limits, impl_->config.transfer_limits};
     declarations.egress_modes = {Egress::closed};
     declarations.os_families = {OsFamily::posix};
     declarations.isolation_scopes = {IsolationScope::conversation, IsolationScope::call};
@@ -233,7 +244,8 @@ Task<std::shared_ptr<Sandbox>> LocalBackend::acquire(SandboxKey key, SandboxSpec
     return off_loop(*impl->pool, [impl, key, spec] { return impl->acquire_blocking(key, spec); });
 }
 
-Task<std::optional<DisposalFailure>> LocalBackend::dispose(SandboxKey key, std::optional<std::string> kind) {
+Task<std::optional<DisposalFailure>> LocalBackend::dispose(SandboxKey key,
+                                                           std::optional<std::string> kind) {
     auto impl = impl_;
     return off_loop(*impl->pool, [impl, key, kind]() -> std::optional<DisposalFailure> {
         try {
@@ -261,7 +273,8 @@ Task<std::optional<DisposalFailure>> LocalBackend::dispose(SandboxKey key, std::
             if (failures.empty()) {
                 return std::nullopt;
             }
-            return DisposalFailure{DisposalCode::unknown, fmt::format("{}", fmt::join(failures, "; "))};
+            return DisposalFailure{DisposalCode::unknown,
+                                   fmt::format("{}", fmt::join(failures, "; "))};
         } catch (const std::exception& e) {
             return DisposalFailure{DisposalCode::unreachable, e.what()};
         }
@@ -287,7 +300,8 @@ Task<ScopePurge> LocalBackend::dispose_scope(std::string scope, std::string thre
                 },
                 failures);
             if (!failures.empty()) {
-                purge.undisposed = DisposalFailure{DisposalCode::unknown, fmt::format("{}", fmt::join(failures, "; "))};
+                purge.undisposed = DisposalFailure{DisposalCode::unknown,
+                                                   fmt::format("{}", fmt::join(failures, "; "))};
             }
         } catch (const std::exception& e) {
             purge.undisposed = DisposalFailure{DisposalCode::unreachable, e.what()};
@@ -302,8 +316,9 @@ Task<void> LocalBackend::close() {
 }
 
 std::vector<LocalSandboxInfo> LocalBackend::list(const std::vector<std::string>& selector) const {
-    const auto records = selector.empty() ? impl_->registry.list()
-                                          : impl_->registry.list(runtime::LabelSelector::parse(selector));
+    const auto records = selector.empty()
+                             ? impl_->registry.list()
+                             : impl_->registry.list(runtime::LabelSelector::parse(selector));
     std::vector<LocalSandboxInfo> out;
     for (const auto& record : records) {
         out.push_back({record.id, record.labels, record.image,
@@ -319,7 +334,8 @@ bool LocalBackend::remove(const std::string& id) {
         return false;
     }
     if (const auto failure = impl_->destroy(*record)) {
-        throw Error(fmt::format("could not fully remove sandbox {}: {}; run `maf-sandbox gc` later", id, *failure));
+        throw Error(fmt::format("could not fully remove sandbox {}: {}; run `maf-sandbox gc` later",
+                                id, *failure));
     }
     return true;
 }
@@ -327,7 +343,8 @@ bool LocalBackend::remove(const std::string& id) {
 int LocalBackend::purge(const std::string& scope, const std::string& thread_id) {
     const auto result = run_blocking(dispose_scope(scope, thread_id));
     if (result.undisposed) {
-        throw Error(fmt::format("{} sandboxes removed, some could not be: {}", result.disposed, result.undisposed->detail));
+        throw Error(fmt::format("{} sandboxes removed, some could not be: {}", result.disposed,
+                                result.undisposed->detail));
     }
     return result.disposed;
 }

@@ -12,14 +12,17 @@ namespace maf_sandbox::local {
 
 namespace {
 
-SandboxEntry to_entry(const runtime::GuestEntry& entry, const std::string& absolute, const std::string& wd) {
-    return SandboxEntry{guest_path_relative_to(absolute, wd).value_or(absolute), entry.kind, entry.size_bytes};
+SandboxEntry to_entry(const runtime::GuestEntry& entry, const std::string& absolute,
+                      const std::string& wd) {
+    return SandboxEntry{guest_path_relative_to(absolute, wd).value_or(absolute), entry.kind,
+                        entry.size_bytes};
 }
 
 }  // namespace
 
-LocalSandbox::LocalSandbox(runtime::SandboxHandle handle, std::string base_directory, TransferLimits files_in,
-                           std::uint64_t default_max_output, std::shared_ptr<boost::asio::thread_pool> pool)
+LocalSandbox::LocalSandbox(runtime::SandboxHandle handle, std::string base_directory,
+                           TransferLimits files_in, std::uint64_t default_max_output,
+                           std::shared_ptr<boost::asio::thread_pool> pool)
     : handle_(std::move(handle)),
       base_(normpath(base_directory)),
       files_in_(files_in),
@@ -62,43 +65,49 @@ Task<ExecResult> LocalSandbox::exec(ExecRequest request) {
     auto task = off_loop(*pool_, std::move(work));
     const auto reply = co_await std::move(task);
     if (reply.status == runtime::ExecStatus::timed_out) {
-        throw Timeout(fmt::format("the command ran longer than its {:.3g} s timeout; its whole process tree "
-                                  "was killed. Raise the timeout or make the command finish sooner",
-                                  request.timeout.count()));
+        throw Timeout(
+            fmt::format("the command ran longer than its {:.3g} s timeout; its whole process tree "
+                        "was killed. Raise the timeout or make the command finish sooner",
+                        request.timeout.count()));
     }
     if (reply.status == runtime::ExecStatus::failed) {
         throw Error(fmt::format("the sandbox could not run the command: {}", reply.message));
     }
     ExecResult result{reply.stdout_head, reply.stderr_head, reply.exit_code};
     if (reply.oom_kills > 0) {
-        result.stderr_bytes += "\nmaf-sandbox: the sandbox's memory limit was reached and the kernel killed "
-                               "the program (out of memory)\n";
+        result.stderr_bytes +=
+            "\nmaf-sandbox: the sandbox's memory limit was reached and the kernel killed "
+            "the program (out of memory)\n";
     }
     if (reply.truncated()) {
         const auto total = reply.stdout_total + reply.stderr_total;
         throw ExecOutputLimitExceeded(
-            fmt::format("the command wrote {} bytes (stdout {}, stderr {}), more than the {}-byte cap per "
-                        "stream; the head is kept and {} bytes were dropped. Raise max_output_bytes or write "
-                        "large output to a file",
-                        total, reply.stdout_total, reply.stderr_total, call.max_output_bytes,
-                        total - reply.stdout_head.size() - reply.stderr_head.size()),
+            fmt::format(
+                "the command wrote {} bytes (stdout {}, stderr {}), more than the {}-byte cap per "
+                "stream; the head is kept and {} bytes were dropped. Raise max_output_bytes or "
+                "write "
+                "large output to a file",
+                total, reply.stdout_total, reply.stderr_total, call.max_output_bytes,
+                total - reply.stdout_head.size() - reply.stderr_head.size()),
             result.stdout_bytes, result.stderr_bytes, total, reply.exit_code);
     }
     co_return result;
 }
 
 Task<ExecResult> LocalSandbox::run_code(std::string, Seconds) {
-    throw NotImplemented("the local backend does not run code directly; use exec with an interpreter");
+    throw NotImplemented(
+        "the local backend does not run code directly; use exec with an interpreter");
     co_return ExecResult{};
 }
 
-Task<void> LocalSandbox::write_file(std::string path, std::string content, std::string working_directory) {
+Task<void> LocalSandbox::write_file(std::string path, std::string content,
+                                    std::string working_directory) {
     const auto wd = resolve_working_directory(working_directory, base_);
     const auto resolved = co_await confine_guest_write_path(no_follow_stat(), path, wd);
     if (content.size() > files_in_.max_bytes_per_file) {
-        throw SandboxTransferCapExceeded(fmt::format(
-            "cannot write '{}': {} bytes is over the backend's {}-byte per-file limit", path, content.size(),
-            files_in_.max_bytes_per_file));
+        throw SandboxTransferCapExceeded(
+            fmt::format("cannot write '{}': {} bytes is over the backend's {}-byte per-file limit",
+                        path, content.size(), files_in_.max_bytes_per_file));
     }
     auto bytes = std::make_shared<std::string>(std::move(content));
     auto work = [this, resolved, bytes] { guest_fs().write(resolved, *bytes); };
@@ -106,7 +115,8 @@ Task<void> LocalSandbox::write_file(std::string path, std::string content, std::
     co_await std::move(task);
 }
 
-Task<std::optional<SandboxEntry>> LocalSandbox::stat_file(std::string path, std::string working_directory) {
+Task<std::optional<SandboxEntry>> LocalSandbox::stat_file(std::string path,
+                                                          std::string working_directory) {
     const auto wd = resolve_working_directory(working_directory, base_);
     const auto resolved = confine_guest_path(path, wd);
     co_await refuse_symlinked_ancestors(no_follow_stat(), resolved, wd);
@@ -119,19 +129,22 @@ Task<std::optional<SandboxEntry>> LocalSandbox::stat_file(std::string path, std:
     co_return to_entry(*entry, resolved, wd);
 }
 
-Task<std::string> LocalSandbox::read_file(std::string path, std::string working_directory, std::uint64_t max_bytes) {
+Task<std::string> LocalSandbox::read_file(std::string path, std::string working_directory,
+                                          std::uint64_t max_bytes) {
     const auto wd = resolve_working_directory(working_directory, base_);
     const auto resolved = confine_guest_path(path, wd);
     co_await refuse_symlinked_ancestors(no_follow_stat(), resolved, wd);
     auto work = [this, resolved, max_bytes] {
-        return guest_fs().read(resolved, max_bytes, std::chrono::steady_clock::now() + std::chrono::minutes(5));
+        return guest_fs().read(resolved, max_bytes,
+                               std::chrono::steady_clock::now() + std::chrono::minutes(5));
     };
     auto task = off_loop(*pool_, std::move(work));
     auto bytes = co_await std::move(task);
     co_return bytes;
 }
 
-Task<std::vector<SandboxEntry>> LocalSandbox::list_dir(std::string path, std::string working_directory) {
+Task<std::vector<SandboxEntry>> LocalSandbox::list_dir(std::string path,
+                                                       std::string working_directory) {
     const auto wd = resolve_working_directory(working_directory, base_);
     const auto resolved = confine_guest_path(path, wd);
     co_await refuse_symlinked_ancestors(no_follow_stat(), resolved, wd, /*include_self=*/true);
@@ -143,7 +156,8 @@ Task<std::vector<SandboxEntry>> LocalSandbox::list_dir(std::string path, std::st
         const auto absolute = join_guest_path(resolved, child.name);
         entries.push_back(to_entry(child, absolute, wd));
     }
-    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+    std::sort(entries.begin(), entries.end(),
+              [](const auto& a, const auto& b) { return a.path < b.path; });
     co_return entries;
 }
 
@@ -152,7 +166,8 @@ Task<void> LocalSandbox::remove(std::string path, std::string working_directory,
     const auto resolved = confine_guest_path(path, wd);
     if (resolved == wd) {
         throw ConfinementEscape(fmt::format(
-            "refusing to remove '{}': it names the working directory itself; name a path inside it", path));
+            "refusing to remove '{}': it names the working directory itself; name a path inside it",
+            path));
     }
     co_await refuse_symlinked_ancestors(no_follow_stat(), resolved, wd);
     auto work = [this, resolved, recursive] { guest_fs().remove(resolved, recursive); };
@@ -160,7 +175,8 @@ Task<void> LocalSandbox::remove(std::string path, std::string working_directory,
     co_await std::move(task);
 }
 
-Task<void> LocalSandbox::reclaim(std::string directory, std::string working_directory, Seconds timeout) {
+Task<void> LocalSandbox::reclaim(std::string directory, std::string working_directory,
+                                 Seconds timeout) {
     // Through exec as the guest user: never more than the guest program itself could remove.
     const auto reason = co_await reclaim_guest_path(*this, directory, working_directory, timeout);
     if (reason) {

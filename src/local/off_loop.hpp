@@ -20,7 +20,8 @@ Task<std::invoke_result_t<F>> off_loop(boost::asio::thread_pool& pool, F work) {
     using R = std::invoke_result_t<F>;
     auto shared = std::make_shared<F>(std::move(work));
     return boost::asio::co_spawn(
-        pool.get_executor(), [shared]() -> Task<R> { co_return (*shared)(); }, boost::asio::use_awaitable);
+        pool.get_executor(), [shared]() -> Task<R> { co_return (*shared)(); },
+        boost::asio::use_awaitable);
 }
 
 }  // namespace maf_sandbox::local

@@ -107,7 +107,8 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
             co_return rpc_error(400, -32700, "Parse error: the body is not valid JSON");
         }
         const auto* object = message.if_object();
-        const bool is_request = object && object->if_contains("id") && object->if_contains("method");
+        const bool is_request =
+            object && object->if_contains("id") && object->if_contains("method");
         const bool is_initialize = is_request && object->at("method").is_string() &&
                                    object->at("method").get_string() == "initialize";
         const auto session_id = request.headers.get(kSessionHeader);
@@ -157,8 +158,8 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
     Task<HttpResponse> end_session(const HttpRequest& request) {
         const auto session_id = request.headers.get(kSessionHeader);
         if (!session_id) {
-            co_return plain(400, fmt::format("Bad Request: the {} header is required\n",
-                                             kSessionHeader));
+            co_return plain(
+                400, fmt::format("Bad Request: the {} header is required\n", kSessionHeader));
         }
         auto it = sessions.find(*session_id);
         if (it == sessions.end()) {
@@ -190,9 +191,15 @@ McpHttpServer::McpHttpServer(boost::asio::any_io_executor executor, McpServer& s
 
 McpHttpServer::~McpHttpServer() = default;
 
-std::uint16_t McpHttpServer::start() { return impl_->http->start(); }
-std::uint16_t McpHttpServer::port() const { return impl_->http->port(); }
-std::size_t McpHttpServer::session_count() const { return impl_->sessions.size(); }
+std::uint16_t McpHttpServer::start() {
+    return impl_->http->start();
+}
+std::uint16_t McpHttpServer::port() const {
+    return impl_->http->port();
+}
+std::size_t McpHttpServer::session_count() const {
+    return impl_->sessions.size();
+}
 
 Task<void> McpHttpServer::stop() {
     auto impl = impl_;

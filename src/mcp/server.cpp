@@ -61,10 +61,14 @@ std::string error_response(const json::value& id, int code, std::string_view tex
     return json::serialize(message);
 }
 
-bool valid_id(const json::value& id) { return id.is_string() || id.is_int64() || id.is_uint64(); }
+bool valid_id(const json::value& id) {
+    return id.is_string() || id.is_int64() || id.is_uint64();
+}
 
 // In-flight requests are found by their id's JSON text, so "1" and 1 stay distinct.
-std::string id_key(const json::value& id) { return json::serialize(id); }
+std::string id_key(const json::value& id) {
+    return json::serialize(id);
+}
 
 std::string describe(const std::exception_ptr& error) {
     try {
@@ -163,8 +167,8 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
                 params["total"] = *total;
             }
             params["message"] = std::move(message);
-            self->notify(json::object{{"method", "notifications/progress"},
-                                      {"params", std::move(params)}});
+            self->notify(
+                json::object{{"method", "notifications/progress"}, {"params", std::move(params)}});
         };
     }
 
@@ -235,8 +239,8 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
                                      "a request with this id is already in flight");
         }
         auto executor = co_await asio::this_coro::executor;
-        auto trigger = std::make_shared<asio::steady_timer>(
-            executor, asio::steady_timer::time_point::max());
+        auto trigger =
+            std::make_shared<asio::steady_timer>(executor, asio::steady_timer::time_point::max());
         in_flight[key] = trigger;
         auto self = shared_from_this();
         auto call = run_tool(tool, std::move(arguments), progress_for(params));
@@ -265,8 +269,7 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
             version = negotiate_protocol_version(requested->get_string());
             json::object result;
             result["protocolVersion"] = version;
-            result["capabilities"] =
-                json::object{{"tools", json::object{{"listChanged", false}}}};
+            result["capabilities"] = json::object{{"tools", json::object{{"listChanged", false}}}};
             result["serverInfo"] = json::object{{"name", server->config.server_name},
                                                 {"version", server->config.server_version}};
             result["instructions"] =
@@ -382,10 +385,9 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
         closed = true;
         auto self = shared_from_this();
         auto executor = co_await asio::this_coro::executor;
-        const auto deadline =
-            std::chrono::steady_clock::now() +
-            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                server->config.close_timeout);
+        const auto deadline = std::chrono::steady_clock::now() +
+                              std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                  server->config.close_timeout);
         for (auto& [key, trigger] : in_flight) {
             trigger->cancel();
         }
@@ -421,8 +423,7 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
                 server->log->warn("session {} ended: disposed {} sandbox(es); some were not: {}",
                                   id, purged.disposed, purged.undisposed->detail);
             } else {
-                server->log->info("session {} ended: disposed {} sandbox(es)", id,
-                                  purged.disposed);
+                server->log->info("session {} ended: disposed {} sandbox(es)", id, purged.disposed);
             }
         }
     }
@@ -430,10 +431,18 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
 
 McpSession::McpSession(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 McpSession::~McpSession() = default;
-const std::string& McpSession::id() const { return impl_->id; }
-bool McpSession::initialized() const { return impl_->initialized; }
-const std::string& McpSession::protocol_version() const { return impl_->version; }
-void McpSession::set_message_sink(MessageSink sink) { impl_->sink = std::move(sink); }
+const std::string& McpSession::id() const {
+    return impl_->id;
+}
+bool McpSession::initialized() const {
+    return impl_->initialized;
+}
+const std::string& McpSession::protocol_version() const {
+    return impl_->version;
+}
+void McpSession::set_message_sink(MessageSink sink) {
+    impl_->sink = std::move(sink);
+}
 
 Task<std::optional<std::string>> McpSession::handle(std::string text) {
     auto impl = impl_;
@@ -460,7 +469,9 @@ McpServer::McpServer(McpServerConfig config, std::shared_ptr<SandboxRouter> rout
 
 McpServer::~McpServer() = default;
 
-const McpServerConfig& McpServer::config() const { return impl_->config; }
+const McpServerConfig& McpServer::config() const {
+    return impl_->config;
+}
 
 std::shared_ptr<McpSession> McpServer::open_session(std::string session_id) {
     auto impl = std::make_shared<McpSession::Impl>();

@@ -66,8 +66,8 @@ void dispatch(const std::shared_ptr<McpSession>& session, std::string line, int 
     asio::co_spawn(executor, answer(session, std::move(line), output_fd), asio::detached);
 }
 
-Task<void> read_messages(asio::posix::stream_descriptor& input,
-                         std::shared_ptr<McpSession> session, int output_fd) {
+Task<void> read_messages(asio::posix::stream_descriptor& input, std::shared_ptr<McpSession> session,
+                         int output_fd) {
     auto executor = co_await asio::this_coro::executor;
     std::string buffer;
     for (;;) {
@@ -119,9 +119,8 @@ Task<void> serve_stdio(McpServer& server, StdioOptions options) {
     auto executor = co_await asio::this_coro::executor;
     auto session = server.open_session();
     const int output_fd = options.output_fd;
-    session->set_message_sink([output_fd](std::string message) {
-        write_line(output_fd, std::move(message));
-    });
+    session->set_message_sink(
+        [output_fd](std::string message) { write_line(output_fd, std::move(message)); });
 
     asio::signal_set signals(executor);
     if (options.handle_signals) {

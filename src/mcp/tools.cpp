@@ -123,8 +123,8 @@ json::object execute_code_definition(const kinds::CodeActTool& tool,
             " To return files to the host, write them in the working directory as: {}.", names);
     }
     json::object properties;
-    properties["code"] = json::object{{"type", "string"},
-                                      {"description", "The complete Python 3 program to run."}};
+    properties["code"] =
+        json::object{{"type", "string"}, {"description", "The complete Python 3 program to run."}};
     properties["input_files"] = json::object{
         {"type", "array"},
         {"items", json::object{{"type", "string"}}},

@@ -32,8 +32,7 @@ std::variant<kinds::CodeActArguments, InvalidParams> parse_execute_code(
 std::variant<std::string, InvalidParams> parse_run_shell(const boost::json::value* arguments);
 
 // {content: [{type: text}], structuredContent (2025-06-18 only), isError}.
-boost::json::object call_result(const kinds::ToolResult& result,
-                                std::string_view protocol_version);
+boost::json::object call_result(const kinds::ToolResult& result, std::string_view protocol_version);
 
 // A call that failed inside this server (not the program): a fixed sentence, isError true.
 boost::json::object server_failure_result(std::string_view sentence);

@@ -25,7 +25,9 @@ namespace maf_sandbox::runtime {
 
 namespace fs = std::filesystem;
 
-std::string_view to_string(CgroupLayout layout) { return layout == CgroupLayout::v1 ? "v1" : "v2"; }
+std::string_view to_string(CgroupLayout layout) {
+    return layout == CgroupLayout::v1 ? "v1" : "v2";
+}
 
 CgroupLayout parse_cgroup_layout(std::string_view text) {
     if (text == "v1") {
@@ -49,18 +51,21 @@ CgroupLayout detect_cgroup_layout() {
     if (static_cast<unsigned long>(info.f_type) == TMPFS_MAGIC) {
         return CgroupLayout::v1;
     }
-    throw SystemError(ENOTSUP, fmt::format("{} is neither cgroup v1 (tmpfs) nor cgroup2", kCgroupRoot),
+    throw SystemError(ENOTSUP,
+                      fmt::format("{} is neither cgroup v1 (tmpfs) nor cgroup2", kCgroupRoot),
                       "mount the cgroup filesystems in the usual place");
 }
 
-std::unique_ptr<SandboxCgroup> SandboxCgroup::create(std::string_view name, const CgroupLimits& limits,
-                                                     uid_t delegate_uid, gid_t delegate_gid) {
+std::unique_ptr<SandboxCgroup> SandboxCgroup::create(std::string_view name,
+                                                     const CgroupLimits& limits, uid_t delegate_uid,
+                                                     gid_t delegate_gid) {
     return detect_cgroup_layout() == CgroupLayout::v1
                ? cgroup_detail::create_v1(name, limits, delegate_uid, delegate_gid)
                : cgroup_detail::create_v2(name, limits, delegate_uid, delegate_gid);
 }
 
-std::unique_ptr<SandboxCgroup> SandboxCgroup::attach(CgroupLayout layout, std::vector<fs::path> paths) {
+std::unique_ptr<SandboxCgroup> SandboxCgroup::attach(CgroupLayout layout,
+                                                     std::vector<fs::path> paths) {
     return layout == CgroupLayout::v1 ? cgroup_detail::attach_v1(std::move(paths))
                                       : cgroup_detail::attach_v2(std::move(paths));
 }
@@ -75,7 +80,8 @@ std::vector<pid_t> parse_pids(std::string_view text) {
         const auto end = text.find('\n');
         const auto line = text.substr(0, end);
         pid_t pid = 0;
-        if (std::from_chars(line.data(), line.data() + line.size(), pid).ec == std::errc{} && pid > 0) {
+        if (std::from_chars(line.data(), line.data() + line.size(), pid).ec == std::errc{} &&
+            pid > 0) {
             pids.push_back(pid);
         }
         if (end == std::string_view::npos) {
@@ -122,7 +128,8 @@ std::vector<pid_t> read_procs(const fs::path& dir) {
 
 void write_file(const fs::path& file, std::string_view value) {
     UniqueFd fd(::open(file.c_str(), O_WRONLY | O_CLOEXEC));
-    if (!fd || ::write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
+    if (!fd ||
+        ::write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
         throw SystemError(errno, fmt::format("writing '{}' to {}", value, file.string()),
                           "run as root, or delegate a cgroup subtree to this user");
     }
@@ -213,7 +220,8 @@ ExecCgroupParent::Child ExecCgroupParent::make_child(const std::string& name) co
         }
         UniqueFd proc(::openat(dir.get(), "cgroup.procs", O_WRONLY | O_CLOEXEC));
         if (!proc) {
-            throw SystemError(errno, fmt::format("opening cgroup.procs of the exec cgroup {}", name));
+            throw SystemError(errno,
+                              fmt::format("opening cgroup.procs of the exec cgroup {}", name));
         }
         dirs.push_back(std::move(dir));
         procs.push_back(std::move(proc));
@@ -264,7 +272,9 @@ void write_at(int dir, const char* file, std::string_view value) {
     }
 }
 
-bool has_file(int dir, const char* file) { return ::faccessat(dir, file, F_OK, 0) == 0; }
+bool has_file(int dir, const char* file) {
+    return ::faccessat(dir, file, F_OK, 0) == 0;
+}
 
 }  // namespace
 

@@ -24,7 +24,9 @@ namespace {
 
 constexpr std::uint64_t kCfsPeriodUs = 100000;
 
-fs::path controller_root(std::string_view controller) { return fs::path(kCgroupRoot) / controller; }
+fs::path controller_root(std::string_view controller) {
+    return fs::path(kCgroupRoot) / controller;
+}
 
 bool controller_mounted(std::string_view controller) {
     std::error_code ec;
@@ -62,7 +64,7 @@ void chown_delegated(const fs::path& dir, uid_t uid, gid_t gid) {
 }
 
 class CgroupV1 final : public SandboxCgroup {
-public:
+  public:
     explicit CgroupV1(std::vector<fs::path> paths) : paths_(std::move(paths)) {}
 
     CgroupLayout layout() const override { return CgroupLayout::v1; }
@@ -147,8 +149,9 @@ public:
             post_order(top, dirs);
             for (const auto& dir : dirs) {
                 if (!remove_dir_retrying(dir)) {
-                    throw SystemError(errno, fmt::format("removing cgroup {}", dir.string()),
-                                      "run `maf-sandbox gc` later; the kernel may still be releasing it");
+                    throw SystemError(
+                        errno, fmt::format("removing cgroup {}", dir.string()),
+                        "run `maf-sandbox gc` later; the kernel may still be releasing it");
                 }
             }
         }
@@ -164,7 +167,7 @@ public:
         return std::nullopt;
     }
 
-private:
+  private:
     static void try_write(const fs::path& file, std::string_view value) {
         try {
             write_file(file, value);
@@ -178,8 +181,8 @@ private:
 
 }  // namespace
 
-std::unique_ptr<SandboxCgroup> create_v1(std::string_view name, const CgroupLimits& limits, uid_t uid,
-                                         gid_t gid) {
+std::unique_ptr<SandboxCgroup> create_v1(std::string_view name, const CgroupLimits& limits,
+                                         uid_t uid, gid_t gid) {
     // Which limits need which controller; a limit asked for on a host without its controller is
     // refused instead of silently not enforced.
     struct Need {
@@ -201,7 +204,8 @@ std::unique_ptr<SandboxCgroup> create_v1(std::string_view name, const CgroupLimi
     if (limits.memory_bytes > 0 && swap_enabled() &&
         !fs::exists(controller_root("memory") / "memory.memsw.limit_in_bytes")) {
         throw SandboxCapabilityNotSupported(
-            "swap is on but memory+swap accounting (memory.memsw.*) is off, so the sandbox's memory "
+            "swap is on but memory+swap accounting (memory.memsw.*) is off, so the sandbox's "
+            "memory "
             "limit could be bypassed through swap; boot with swapaccount=1 or turn swap off");
     }
 
@@ -229,9 +233,11 @@ std::unique_ptr<SandboxCgroup> create_v1(std::string_view name, const CgroupLimi
             } else if (controller == "pids" && limits.pids > 0) {
                 write_file(dir / "pids.max", std::to_string(limits.pids));
             } else if (controller == "cpu" && limits.cpus > 0) {
-                const auto quota = static_cast<std::uint64_t>(std::llround(limits.cpus * kCfsPeriodUs));
+                const auto quota =
+                    static_cast<std::uint64_t>(std::llround(limits.cpus * kCfsPeriodUs));
                 write_file(dir / "cpu.cfs_period_us", std::to_string(kCfsPeriodUs));
-                write_file(dir / "cpu.cfs_quota_us", std::to_string(std::max<std::uint64_t>(quota, 1000)));
+                write_file(dir / "cpu.cfs_quota_us",
+                           std::to_string(std::max<std::uint64_t>(quota, 1000)));
             }
             if (controller == "pids" || controller == "freezer") {
                 chown_delegated(dir, uid, gid);

@@ -37,7 +37,7 @@ bool populated(const fs::path& dir) {
 }
 
 class CgroupV2 final : public SandboxCgroup {
-public:
+  public:
     explicit CgroupV2(fs::path dir) : dir_(std::move(dir)) {}
 
     CgroupLayout layout() const override { return CgroupLayout::v2; }
@@ -65,8 +65,9 @@ public:
             std::this_thread::sleep_for(round < 20 ? 2ms : 10ms);
         }
         if (populated(dir_)) {
-            throw SystemError(EBUSY, "killing every process of a sandbox: some survived 5 s of cgroup.kill",
-                              "check for processes stuck in uninterruptible sleep (state D)");
+            throw SystemError(
+                EBUSY, "killing every process of a sandbox: some survived 5 s of cgroup.kill",
+                "check for processes stuck in uninterruptible sleep (state D)");
         }
     }
 
@@ -80,20 +81,21 @@ public:
         post_order(dir_, dirs);
         for (const auto& dir : dirs) {
             if (!remove_dir_retrying(dir)) {
-                throw SystemError(errno, fmt::format("removing cgroup {}", dir.string()),
-                                  "run `maf-sandbox gc` later; the kernel may still be releasing it");
+                throw SystemError(
+                    errno, fmt::format("removing cgroup {}", dir.string()),
+                    "run `maf-sandbox gc` later; the kernel may still be releasing it");
             }
         }
     }
 
-private:
+  private:
     fs::path dir_;
 };
 
 }  // namespace
 
-std::unique_ptr<SandboxCgroup> create_v2(std::string_view name, const CgroupLimits& limits, uid_t uid,
-                                         gid_t gid) {
+std::unique_ptr<SandboxCgroup> create_v2(std::string_view name, const CgroupLimits& limits,
+                                         uid_t uid, gid_t gid) {
     const fs::path parent = fs::path(kCgroupRoot) / fs::path(own_cgroup("")).relative_path();
     const auto available = read_small_file(parent / "cgroup.controllers").value_or("");
     std::string enable;
@@ -103,10 +105,11 @@ std::unique_ptr<SandboxCgroup> create_v2(std::string_view name, const CgroupLimi
           {"cpu", limits.cpus > 0}}) {
         if (available.find(controller) == std::string::npos) {
             if (wanted) {
-                throw SandboxCapabilityNotSupported(fmt::format(
-                    "the cgroup v2 controller '{}' is not available in {}, so the sandbox's {} limit "
-                    "cannot be enforced; delegate the controller or drop the limit",
-                    controller, parent.string(), controller));
+                throw SandboxCapabilityNotSupported(
+                    fmt::format("the cgroup v2 controller '{}' is not available in {}, so the "
+                                "sandbox's {} limit "
+                                "cannot be enforced; delegate the controller or drop the limit",
+                                controller, parent.string(), controller));
             }
             continue;
         }
@@ -139,12 +142,14 @@ std::unique_ptr<SandboxCgroup> create_v2(std::string_view name, const CgroupLimi
         }
         if (limits.cpus > 0) {
             const auto quota = static_cast<std::uint64_t>(std::llround(limits.cpus * kCpuPeriodUs));
-            write_file(dir / "cpu.max", fmt::format("{} {}", std::max<std::uint64_t>(quota, 1000), kCpuPeriodUs));
+            write_file(dir / "cpu.max",
+                       fmt::format("{} {}", std::max<std::uint64_t>(quota, 1000), kCpuPeriodUs));
         }
         for (const char* file : {"", "cgroup.procs", "cgroup.threads", "cgroup.subtree_control"}) {
             const fs::path path = *file ? dir / file : dir;
             if (::chown(path.c_str(), uid, gid) != 0) {
-                throw SystemError(errno, fmt::format("delegating {} to the sandbox", path.string()));
+                throw SystemError(errno,
+                                  fmt::format("delegating {} to the sandbox", path.string()));
             }
         }
     } catch (...) {

@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+#include <boost/json.hpp>
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
@@ -167,7 +167,8 @@ namespace {
 void validate(const ExecCall& call) {
     const auto refuse_nul = [](std::string_view text, std::string_view what) {
         if (text.find('\0') != std::string_view::npos) {
-            throw InvalidArgument(fmt::format("the exec's {} contains a NUL byte; remove it", what));
+            throw InvalidArgument(
+                fmt::format("the exec's {} contains a NUL byte; remove it", what));
         }
     };
     if (const auto* argv = std::get_if<std::vector<std::string>>(&call.command)) {
@@ -182,13 +183,15 @@ void validate(const ExecCall& call) {
     }
     refuse_nul(call.cwd, "working directory");
     if (!call.cwd.empty() && call.cwd.front() != '/') {
-        throw InvalidArgument(fmt::format("the exec's working directory '{}' is not absolute", call.cwd));
+        throw InvalidArgument(
+            fmt::format("the exec's working directory '{}' is not absolute", call.cwd));
     }
     for (const auto& [key, value] : call.env) {
         refuse_nul(key, "environment");
         refuse_nul(value, "environment");
         if (key.empty() || key.find('=') != std::string::npos) {
-            throw InvalidArgument(fmt::format("environment name '{}' is empty or contains '='", key));
+            throw InvalidArgument(
+                fmt::format("environment name '{}' is empty or contains '='", key));
         }
     }
 }
@@ -216,7 +219,8 @@ ExecReply call_exec(const std::filesystem::path& socket, const ExecCall& call,
     if (!fd || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
         unreachable(socket, fmt::format("refused the connection ({})", std::strerror(errno)));
     }
-    if (!exec_wire::write_frame(fd.get(), exec_wire::kRequest, json::serialize(exec_wire::to_json(call))) ||
+    if (!exec_wire::write_frame(fd.get(), exec_wire::kRequest,
+                                json::serialize(exec_wire::to_json(call))) ||
         !exec_wire::write_frame(fd.get(), exec_wire::kStdin, call.stdin_bytes)) {
         unreachable(socket, "hung up while receiving the request");
     }
@@ -227,7 +231,8 @@ ExecReply call_exec(const std::filesystem::path& socket, const ExecCall& call,
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
             deadline - std::chrono::steady_clock::now());
         pollfd pfd{fd.get(), POLLIN, 0};
-        const int ready = ::poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+        const int ready =
+            ::poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
         if (ready < 0 && errno == EINTR) {
             continue;
         }

@@ -17,8 +17,8 @@
 #include <cstring>
 #include <map>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+#include <boost/json.hpp>
 
 #include "maf_sandbox/runtime/exec_protocol.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
@@ -56,7 +56,7 @@ struct Stream {
 };
 
 class Exec {
-public:
+  public:
     Exec(int connection, const ExecContext& context) : connection_(connection), context_(context) {}
 
     void run() {
@@ -67,7 +67,8 @@ public:
             return;
         }
         ExecCall call = exec_wire::exec_call_from_json(json::parse(payload));
-        if (!exec_wire::read_frame(connection_, type, call.stdin_bytes, exec_wire::kMaxStdinBytes) ||
+        if (!exec_wire::read_frame(connection_, type, call.stdin_bytes,
+                                   exec_wire::kMaxStdinBytes) ||
             type != exec_wire::kStdin) {
             return;
         }
@@ -78,17 +79,19 @@ public:
             reply.status = ExecStatus::failed;
             reply.message = e.what();
         }
-        exec_wire::write_frame(connection_, exec_wire::kResult, json::serialize(exec_wire::to_json(reply)));
+        exec_wire::write_frame(connection_, exec_wire::kResult,
+                               json::serialize(exec_wire::to_json(reply)));
     }
 
-private:
+  private:
     void execute(const ExecCall& call, ExecReply& reply) {
         const auto& config = *context_.config;
         // Everything the child needs is prepared here: between fork and exec only
         // async-signal-safe calls run.
-        std::vector<std::string> argv = std::holds_alternative<std::string>(call.command)
-                                            ? std::vector<std::string>{"/bin/sh", "-c", std::get<std::string>(call.command)}
-                                            : std::get<std::vector<std::string>>(call.command);
+        std::vector<std::string> argv =
+            std::holds_alternative<std::string>(call.command)
+                ? std::vector<std::string>{"/bin/sh", "-c", std::get<std::string>(call.command)}
+                : std::get<std::vector<std::string>>(call.command);
         std::map<std::string, std::string> env(config.base_env.begin(), config.base_env.end());
         for (const auto& [key, value] : call.env) {
             env[key] = value;
@@ -132,8 +135,8 @@ private:
         }
 
         int in[2], out[2], err[2], fail[2];
-        if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
-            ::pipe2(fail, O_CLOEXEC) != 0) {
+        if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 ||
+            ::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(fail, O_CLOEXEC) != 0) {
             throw std::runtime_error(fmt::format("creating pipes: {}", std::strerror(errno)));
         }
         const uid_t uid = config.guest_uid;
@@ -165,7 +168,8 @@ private:
                 fail_with(2);
             }
             const gid_t groups[1] = {gid};
-            if (::setgroups(1, groups) != 0 || ::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0) {
+            if (::setgroups(1, groups) != 0 || ::setresgid(gid, gid, gid) != 0 ||
+                ::setresuid(uid, uid, uid) != 0) {
                 fail_with(1);
             }
             if (!drop_all_capabilities()) {
@@ -227,17 +231,21 @@ private:
             if (stdin_fd) {
                 fds[count++] = {stdin_fd.get(), POLLOUT, 0};
             }
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())
+                    .count();
             if (left <= 0) {
                 kill_tree(cgroup, child);
                 ::waitpid(child, nullptr, 0);
                 reply.status = ExecStatus::timed_out;
-                reply.message = fmt::format("the exec ran past its {} ms timeout; its process tree was killed",
-                                            call.timeout.count());
+                reply.message =
+                    fmt::format("the exec ran past its {} ms timeout; its process tree was killed",
+                                call.timeout.count());
                 finish(reply);
                 return;
             }
-            if (::poll(fds, count, static_cast<int>(std::min<long long>(left, 1000))) < 0 && errno != EINTR) {
+            if (::poll(fds, count, static_cast<int>(std::min<long long>(left, 1000))) < 0 &&
+                errno != EINTR) {
                 throw std::runtime_error(fmt::format("poll: {}", std::strerror(errno)));
             }
             if (fds[conn_index].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR)) {
@@ -253,12 +261,14 @@ private:
                 pump(streams_[1]);
             }
             if (in_index >= 0 && fds[in_index].revents) {
-                const ssize_t n = ::write(stdin_fd.get(), call.stdin_bytes.data() + stdin_offset,
-                                          std::min<std::size_t>(kChunk, call.stdin_bytes.size() - stdin_offset));
+                const ssize_t n =
+                    ::write(stdin_fd.get(), call.stdin_bytes.data() + stdin_offset,
+                            std::min<std::size_t>(kChunk, call.stdin_bytes.size() - stdin_offset));
                 if (n > 0) {
                     stdin_offset += static_cast<std::size_t>(n);
                 }
-                if ((n < 0 && errno != EAGAIN && errno != EINTR) || stdin_offset == call.stdin_bytes.size()) {
+                if ((n < 0 && errno != EAGAIN && errno != EINTR) ||
+                    stdin_offset == call.stdin_bytes.size()) {
                     stdin_fd.reset();
                 }
             }
@@ -281,25 +291,27 @@ private:
         finish(reply);
     }
 
-    void describe_failure(const ChildFailure& failure, const std::string& program, const std::string& cwd,
-                          ExecReply& reply) {
+    void describe_failure(const ChildFailure& failure, const std::string& program,
+                          const std::string& cwd, ExecReply& reply) {
         if (failure.stage == 5) {
             // As a shell would: 127 for a missing program, 126 for one that cannot run.
             reply.status = ExecStatus::exited;
             reply.exit_code = failure.error == ENOENT ? 127 : 126;
-            const auto text = fmt::format("maf-sandbox: cannot run '{}': {}\n", program, std::strerror(failure.error));
+            const auto text = fmt::format("maf-sandbox: cannot run '{}': {}\n", program,
+                                          std::strerror(failure.error));
             send_text(streams_[1], text);
             return;
         }
         reply.status = ExecStatus::failed;
         reply.exit_code = -1;
-        static constexpr const char* kStages[] = {"joining the exec's cgroup", "switching to the guest user",
-                                                  "dropping capabilities", "entering the working directory",
-                                                  "installing the seccomp filter"};
+        static constexpr const char* kStages[] = {
+            "joining the exec's cgroup", "switching to the guest user", "dropping capabilities",
+            "entering the working directory", "installing the seccomp filter"};
         reply.message = failure.stage == 3
                             ? fmt::format("the working directory {} cannot be entered: {}", cwd,
                                           std::strerror(failure.error))
-                            : fmt::format("{} failed: {}", kStages[failure.stage], std::strerror(failure.error));
+                            : fmt::format("{} failed: {}", kStages[failure.stage],
+                                          std::strerror(failure.error));
     }
 
     void kill_tree(const std::optional<ExecCgroupParent::Child>& cgroup, pid_t child) {

@@ -1,8 +1,8 @@
 // Inside the sandbox: serving one exec connection (a child of the supervisor per connection).
 #pragma once
 
-#include <atomic>
 #include <linux/filter.h>
+#include <atomic>
 #include <vector>
 
 #include "maf_sandbox/runtime/cgroup.hpp"

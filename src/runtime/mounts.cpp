@@ -30,8 +30,8 @@ void do_mount(const char* source, const fs::path& target, const char* type, unsi
               const std::string& data = {}) {
     if (::mount(source, target.c_str(), type, flags, data.empty() ? nullptr : data.c_str()) != 0) {
         throw SystemError(errno,
-                          fmt::format("mount {} `{}` on {}", type ? type : "bind", source ? source : "",
-                                      target.string()),
+                          fmt::format("mount {} `{}` on {}", type ? type : "bind",
+                                      source ? source : "", target.string()),
                           "run as root on a kernel with overlayfs and tmpfs");
     }
 }
@@ -41,7 +41,8 @@ fs::path under(const fs::path& root, std::string_view guest_path) {
 }
 
 // mkdir -p below `root`, new directories owned by (uid, gid).
-void make_dirs(const fs::path& root, const fs::path& path, uid_t uid, gid_t gid, mode_t mode = 0755) {
+void make_dirs(const fs::path& root, const fs::path& path, uid_t uid, gid_t gid,
+               mode_t mode = 0755) {
     fs::path current = root;
     for (const auto& part : path.lexically_relative(root)) {
         current /= part;
@@ -50,7 +51,8 @@ void make_dirs(const fs::path& root, const fs::path& path, uid_t uid, gid_t gid,
                 throw SystemError(errno, fmt::format("chown {}", current.string()));
             }
         } else if (errno != EEXIST) {
-            throw SystemError(errno, fmt::format("creating {} in the sandbox root", current.string()));
+            throw SystemError(errno,
+                              fmt::format("creating {} in the sandbox root", current.string()));
         }
     }
 }
@@ -93,7 +95,8 @@ void add_bind(const fs::path& root, const BindMount& bind, uid_t uid, gid_t gid)
 void write_generated(const fs::path& root, const GeneratedFile& file, uid_t uid, gid_t gid) {
     const fs::path target = under(root, file.target);
     make_dirs(root, target.parent_path(), uid, gid);
-    UniqueFd fd(::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, file.mode));
+    UniqueFd fd(
+        ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, file.mode));
     if (!fd || ::write(fd.get(), file.content.data(), file.content.size()) !=
                    static_cast<ssize_t>(file.content.size())) {
         throw SystemError(errno, fmt::format("writing {} in the sandbox root", file.target));
@@ -125,7 +128,8 @@ void build_dev(const fs::path& root, const RootPlan& plan) {
     do_mount("tmpfs", shm, "tmpfs", MS_NOSUID | MS_NODEV,
              fmt::format("size={},mode=1777", plan.shm_bytes));
     // Nothing may add device nodes later.
-    do_mount(nullptr, dev, nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755");
+    do_mount(nullptr, dev, nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
+             "size=64k,mode=0755");
 }
 
 }  // namespace
@@ -154,9 +158,11 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
         root = sandbox_dir / "root";
         ::mkdir(root.c_str(), 0755);
         do_mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV,
-                 fmt::format("lowerdir={},upperdir={},workdir={}", lowers, upper.string(), work.string()));
+                 fmt::format("lowerdir={},upperdir={},workdir={}", lowers, upper.string(),
+                             work.string()));
     }
-    if (::chown(root.c_str(), plan.root_uid, plan.root_gid) != 0 || ::chmod(root.c_str(), 0755) != 0) {
+    if (::chown(root.c_str(), plan.root_uid, plan.root_gid) != 0 ||
+        ::chmod(root.c_str(), 0755) != 0) {
         throw SystemError(errno, "handing the sandbox's root directory to the guest's root");
     }
     for (const auto& file : plan.files) {
@@ -168,7 +174,8 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
     build_dev(root, plan);
     const fs::path tmp = root / "tmp";
     make_dirs(root, tmp, plan.root_uid, plan.root_gid);
-    do_mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, fmt::format("size={},mode=1777", plan.tmp_bytes));
+    do_mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV,
+             fmt::format("size={},mode=1777", plan.tmp_bytes));
     make_dirs(root, root / "proc", plan.root_uid, plan.root_gid);
     for (const auto& dir : plan.guest_dirs) {
         const fs::path path = under(root, dir);

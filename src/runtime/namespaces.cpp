@@ -40,7 +40,8 @@ namespace {
 void write_proc_file(pid_t pid, const char* name, const std::string& content) {
     const auto path = fmt::format("/proc/{}/{}", pid, name);
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-    if (!fd || ::write(fd.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+    if (!fd ||
+        ::write(fd.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
         throw SystemError(errno, fmt::format("writing {}", path),
                           "run as root so the runtime can map the sandbox's users");
     }

@@ -15,8 +15,8 @@
 #include <sstream>
 #include <thread>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+#include <boost/json.hpp>
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/supervisor.hpp"
@@ -32,15 +32,14 @@ boost::json::object SandboxHandle::runtime_json() const {
     for (const auto& path : cgroups) {
         cgroup_paths.emplace_back(path.string());
     }
-    return json::object{{"cgroup_paths", std::move(cgroup_paths)},
-                        {"cgroup_layout", to_string(cgroup_layout)},
-                        {"sandbox_dir", sandbox_dir.string()},
-                        {"socket", socket.string()},
-                        {"guest_host_uid", guest_host_uid},
-                        {"guest_host_gid", guest_host_gid}};
+    return json::object{
+        {"cgroup_paths", std::move(cgroup_paths)}, {"cgroup_layout", to_string(cgroup_layout)},
+        {"sandbox_dir", sandbox_dir.string()},     {"socket", socket.string()},
+        {"guest_host_uid", guest_host_uid},        {"guest_host_gid", guest_host_gid}};
 }
 
-SandboxHandle SandboxHandle::from_runtime_json(pid_t pid, std::uint64_t start_time, const json::object& in) {
+SandboxHandle SandboxHandle::from_runtime_json(pid_t pid, std::uint64_t start_time,
+                                               const json::object& in) {
     SandboxHandle handle;
     handle.pid = pid;
     handle.start_time = start_time;
@@ -111,7 +110,8 @@ Report read_report(int fd, Clock::time_point deadline) {
                 return report;
             }
         }
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
         if (left <= 0) {
             report.error = "the supervisor did not become ready in time";
             return report;
@@ -211,7 +211,8 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     for (const auto& file : cgroup->join_files()) {
         join_files.push_back(file.string());
     }
-    char* const argv[] = {const_cast<char*>(exe.c_str()), const_cast<char*>(config_arg.c_str()), nullptr};
+    char* const argv[] = {const_cast<char*>(exe.c_str()), const_cast<char*>(config_arg.c_str()),
+                          nullptr};
     char* const envp[] = {nullptr};
 
     int ready[2];
@@ -261,13 +262,16 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     ::waitpid(first, &status, 0);
     const Report report = read_report(ready_read.get(), Clock::now() + launch.ready_timeout);
     if (!report.ready || report.pid <= 0) {
-        throw SystemError(EIO, fmt::format("starting the sandbox {}: {}", launch.id,
-                                           report.error.empty() ? "no report" : report.error),
+        throw SystemError(EIO,
+                          fmt::format("starting the sandbox {}: {}", launch.id,
+                                      report.error.empty() ? "no report" : report.error),
                           "run as root on a kernel with user namespaces, overlayfs and cgroups");
     }
     const auto start = live_process_start_time(report.pid);
     if (!start) {
-        throw SystemError(ESRCH, fmt::format("the supervisor of sandbox {} exited right after starting", launch.id));
+        throw SystemError(
+            ESRCH,
+            fmt::format("the supervisor of sandbox {} exited right after starting", launch.id));
     }
     handle.pid = report.pid;
     handle.start_time = *start;
@@ -294,7 +298,8 @@ void destroy_sandbox(const SandboxHandle& handle) {
 }
 
 UniqueFd open_sandbox_root(const SandboxHandle& handle) {
-    UniqueFd fd(::open(fmt::format("/proc/{}/root", handle.pid).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd fd(
+        ::open(fmt::format("/proc/{}/root", handle.pid).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     // Checked after the open: if the pid was reused in between, the start time no longer matches.
     if (!fd || !sandbox_alive(handle)) {
         throw SandboxOutputUnreachable(

@@ -4,10 +4,10 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/ioctl.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -28,20 +28,60 @@ namespace {
 // tracing other processes, keyrings, kernel modules and kexec, BPF and perf, userfaultfd,
 // file handles, io_uring (which creates sockets without socket()), swap, accounting, reboot.
 constexpr const char* kDenied[] = {
-    "mount",          "umount",         "umount2",          "pivot_root",     "chroot",
-    "unshare",        "setns",          "fsopen",           "fsconfig",       "fsmount",
-    "fspick",         "move_mount",     "open_tree",        "mount_setattr",  "ptrace",
-    "process_vm_readv", "process_vm_writev", "kcmp",        "bpf",            "perf_event_open",
-    "keyctl",         "add_key",        "request_key",      "kexec_load",     "kexec_file_load",
-    "init_module",    "finit_module",   "delete_module",    "userfaultfd",    "open_by_handle_at",
-    "name_to_handle_at", "io_uring_setup", "io_uring_enter", "io_uring_register", "reboot",
-    "swapon",         "swapoff",        "acct",             "quotactl",       "lookup_dcookie",
-    "syslog",         "vhangup",        "iopl",             "ioperm",         "settimeofday",
-    "clock_settime",  "clock_adjtime",  "adjtimex",         "nfsservctl",     "uselib",
+    "mount",
+    "umount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "unshare",
+    "setns",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "move_mount",
+    "open_tree",
+    "mount_setattr",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kcmp",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "userfaultfd",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "quotactl",
+    "lookup_dcookie",
+    "syslog",
+    "vhangup",
+    "iopl",
+    "ioperm",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "nfsservctl",
+    "uselib",
 };
 
-constexpr unsigned long kNamespaceFlags[] = {CLONE_NEWNS,  CLONE_NEWUSER, CLONE_NEWPID,
-                                             CLONE_NEWNET, CLONE_NEWUTS,  CLONE_NEWIPC,
+constexpr unsigned long kNamespaceFlags[] = {CLONE_NEWNS,     CLONE_NEWUSER, CLONE_NEWPID,
+                                             CLONE_NEWNET,    CLONE_NEWUTS,  CLONE_NEWIPC,
                                              CLONE_NEWCGROUP, CLONE_NEWTIME};
 
 void check(int rc, const char* doing) {
@@ -70,13 +110,14 @@ std::vector<sock_filter> compile() {
         }
     }
     for (const unsigned long flag : kNamespaceFlags) {
-        check(::seccomp_rule_add(ctx, deny, SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag)),
+        check(::seccomp_rule_add(ctx, deny, SCMP_SYS(clone), 1,
+                                 SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag)),
               "clone with namespace flags");
     }
     // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc fall back to clone.
     check(::seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0), "clone3");
-    for (const unsigned long request : {static_cast<unsigned long>(TIOCSTI),
-                                        static_cast<unsigned long>(TIOCLINUX)}) {
+    for (const unsigned long request :
+         {static_cast<unsigned long>(TIOCSTI), static_cast<unsigned long>(TIOCLINUX)}) {
         check(::seccomp_rule_add(ctx, deny, SCMP_SYS(ioctl), 1,
                                  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFul, request)),
               "ioctl TIOCSTI");
@@ -107,7 +148,8 @@ bool install_seccomp(const std::vector<sock_filter>& program) noexcept {
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
         return false;
     }
-    sock_fprog fprog{static_cast<unsigned short>(program.size()), const_cast<sock_filter*>(program.data())};
+    sock_fprog fprog{static_cast<unsigned short>(program.size()),
+                     const_cast<sock_filter*>(program.data())};
     return ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog, 0, 0) == 0;
 }
 

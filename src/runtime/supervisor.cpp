@@ -3,6 +3,7 @@
 #include "maf_sandbox/runtime/supervisor.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -12,7 +13,6 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <grp.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,8 +22,8 @@
 #include <set>
 #include <sstream>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+#include <boost/json.hpp>
 
 #include "exec_server.hpp"
 #include "maf_sandbox/core/errors.hpp"
@@ -89,7 +89,8 @@ json::value to_json(const SupervisorConfig& config) {
     }
     json::array files;
     for (const auto& file : plan.files) {
-        files.emplace_back(json::object{{"target", file.target}, {"content", file.content}, {"mode", file.mode}});
+        files.emplace_back(
+            json::object{{"target", file.target}, {"content", file.content}, {"mode", file.mode}});
     }
     json::array env;
     for (const auto& [key, value] : config.base_env) {
@@ -159,7 +160,8 @@ SupervisorConfig supervisor_config_from_json(const json::value& value) {
     config.guest_uid = number<uid_t>(in, "guest_uid");
     config.guest_gid = number<gid_t>(in, "guest_gid");
     for (const auto& pair : in.at("env").as_array()) {
-        config.base_env.emplace_back(std::string(pair.at(0).as_string()), std::string(pair.at(1).as_string()));
+        config.base_env.emplace_back(std::string(pair.at(0).as_string()),
+                                     std::string(pair.at(1).as_string()));
     }
     config.default_cwd = std::string(in.at("default_cwd").as_string());
     config.hostname = std::string(in.at("hostname").as_string());
@@ -204,7 +206,8 @@ void report(std::string_view line) {
     [[maybe_unused]] auto n = ::write(kReadyFd, text.data(), text.size());
 }
 
-[[noreturn]] void run_pid1(const SupervisorConfig& config, int listener, const ExecCgroupParent& cgroups,
+[[noreturn]] void run_pid1(const SupervisorConfig& config, int listener,
+                           const ExecCgroupParent& cgroups,
                            const std::vector<sock_filter>& seccomp) {
     using Clock = std::chrono::steady_clock;
     sigset_t mask;
@@ -247,7 +250,8 @@ void report(std::string_view line) {
         if (fds[1].revents & POLLIN) {
             signalfd_siginfo info{};
             while (::read(signals.get(), &info, sizeof info) == sizeof info) {
-                if (info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT || info.ssi_signo == SIGHUP) {
+                if (info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT ||
+                    info.ssi_signo == SIGHUP) {
                     std::_Exit(0);
                 }
             }
@@ -289,8 +293,8 @@ void report(std::string_view line) {
 }
 
 [[noreturn]] void sandbox_init(const SupervisorConfig& config, const fs::path& root, int listener,
-                               const ExecCgroupParent& cgroups, const std::vector<sock_filter>& seccomp,
-                               int go) {
+                               const ExecCgroupParent& cgroups,
+                               const std::vector<sock_filter>& seccomp, int go) {
     try {
         char byte = 0;
         if (::read(go, &byte, 1) != 1) {
@@ -306,7 +310,8 @@ void report(std::string_view line) {
         if (::chdir(root.c_str()) != 0) {
             throw SystemError(errno, fmt::format("entering {}", root.string()));
         }
-        if (::setresgid(0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 || ::setresuid(0, 0, 0) != 0) {
+        if (::setresgid(0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 ||
+            ::setresuid(0, 0, 0) != 0) {
             throw SystemError(errno, "becoming root of the sandbox's user namespace");
         }
         enter_root();
@@ -330,9 +335,9 @@ UniqueFd listen_on(const fs::path& socket_path) {
     address.sun_family = AF_UNIX;
     const auto path = socket_path.string();
     if (path.size() >= sizeof address.sun_path) {
-        throw InvalidArgument(fmt::format(
-            "the socket path {} is longer than {} bytes; use a shorter state directory", path,
-            sizeof address.sun_path - 1));
+        throw InvalidArgument(
+            fmt::format("the socket path {} is longer than {} bytes; use a shorter state directory",
+                        path, sizeof address.sun_path - 1));
     }
     std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
     if (!fd || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
@@ -346,7 +351,8 @@ UniqueFd listen_on(const fs::path& socket_path) {
 
 int supervisor_main(int argc, char** argv) {
     if (argc != 2) {
-        std::fprintf(stderr, "usage: maf-sandbox-supervisor CONFIG.json (started by the runtime)\n");
+        std::fprintf(stderr,
+                     "usage: maf-sandbox-supervisor CONFIG.json (started by the runtime)\n");
         return 2;
     }
     try {
@@ -356,7 +362,8 @@ int supervisor_main(int argc, char** argv) {
         const SupervisorConfig config = supervisor_config_from_json(json::parse(text.str()));
         const fs::path root = prepare_root(config.mounts, config.sandbox_dir);
         UniqueFd listener = listen_on(config.socket_path);
-        const ExecCgroupParent cgroups = ExecCgroupParent::open(config.cgroup_layout, config.delegated_cgroups);
+        const ExecCgroupParent cgroups =
+            ExecCgroupParent::open(config.cgroup_layout, config.delegated_cgroups);
         const auto& seccomp = guest_seccomp_program();
         int go[2];
         if (::pipe2(go, O_CLOEXEC) != 0) {

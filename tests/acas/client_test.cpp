@@ -26,7 +26,8 @@ net::HttpResponse answer(int status, std::string body = "{}",
     net::HttpResponse r;
     r.status = status;
     r.headers.set("Content-Type", "application/json");
-    for (auto& [k, v] : headers) r.headers.set(k, v);
+    for (auto& [k, v] : headers)
+        r.headers.set(k, v);
     r.body = std::move(body);
     return r;
 }
@@ -44,7 +45,8 @@ struct Fake {
                       requests_.push_back(request);
                       call = static_cast<int>(requests_.size());
                   }
-                  if (abort_on_call_ == call) throw net::AbortConnection(answer(200, "{\"stdout\":"));
+                  if (abort_on_call_ == call)
+                      throw net::AbortConnection(answer(200, "{\"stdout\":"));
                   co_return script_(request, call);
               },
               true)) {}
@@ -69,7 +71,7 @@ struct Fake {
     std::string origin() const { return server_->origin(); }
     int abort_on_call_ = 0;
 
-private:
+  private:
     Script script_;
     std::mutex mutex_;
     std::vector<net::HttpRequest> requests_;
@@ -86,7 +88,8 @@ TEST(AcasClient, SendsTheApiVersionRequestIdUserAgentAndBearerToken) {
     EXPECT_EQ(info->state, "Running");
     const auto request = fake.requests().at(0);
     EXPECT_EQ(request.target,
-              "/subscriptions/sub/resourceGroups/rg/sandboxGroups/grp/sandboxes/sb-1?api-version=2026-02-01-preview");
+              "/subscriptions/sub/resourceGroups/rg/sandboxGroups/grp/sandboxes/"
+              "sb-1?api-version=2026-02-01-preview");
     EXPECT_EQ(request.headers.get("Authorization"), "Bearer tok-secret");
     EXPECT_EQ(request.headers.get("x-ms-client-request-id")->size(), 36u);
     EXPECT_EQ(request.headers.get("User-Agent"), std::string(kUserAgent));
@@ -95,11 +98,16 @@ TEST(AcasClient, SendsTheApiVersionRequestIdUserAgentAndBearerToken) {
 TEST(AcasClient, RetriesAnIdempotentRequestThrough429And5xxKeepingOneRequestId) {
     Fake fake([](const net::HttpRequest&, int call) {
         switch (call) {
-            case 1: return answer(503);
-            case 2: return answer(429, "{}", {{"retry-after-ms", "20"}});
-            case 3: return answer(500);
-            case 4: return answer(408);
-            default: return answer(200, kSandbox);
+            case 1:
+                return answer(503);
+            case 2:
+                return answer(429, "{}", {{"retry-after-ms", "20"}});
+            case 3:
+                return answer(500);
+            case 4:
+                return answer(408);
+            default:
+                return answer(200, kSandbox);
         }
     });
     boost::asio::io_context io;
@@ -116,7 +124,8 @@ TEST(AcasClient, RetriesAtLeastTenTimesThenGivesUp) {
     Fake fake([](const net::HttpRequest&, int) { return answer(502); });
     boost::asio::io_context io;
     AcasClient client(io.get_executor(), fake.options());
-    EXPECT_THROW(drive(io, client.get_sandbox("sb-1", deadline_after(Seconds{20}))), AcasServiceError);
+    EXPECT_THROW(drive(io, client.get_sandbox("sb-1", deadline_after(Seconds{20}))),
+                 AcasServiceError);
     EXPECT_GE(fake.requests().size(), 11u);
 }
 
@@ -132,7 +141,9 @@ TEST(AcasClient, HonoursRetryAfterSeconds) {
 }
 
 TEST(AcasClient, A403WindowCoversRbacPropagationAndThenRefuses) {
-    Fake healing([](const net::HttpRequest&, int call) { return call <= 3 ? answer(403, "") : answer(200, kSandbox); });
+    Fake healing([](const net::HttpRequest&, int call) {
+        return call <= 3 ? answer(403, "") : answer(200, kSandbox);
+    });
     boost::asio::io_context io;
     AcasClient client(io.get_executor(), healing.options());
     EXPECT_TRUE(drive(io, client.get_sandbox("sb-1", deadline_after(Seconds{10}))));
@@ -141,15 +152,18 @@ TEST(AcasClient, A403WindowCoversRbacPropagationAndThenRefuses) {
     auto options = forbidden.options();
     options.retry.forbidden_window = Seconds{0.3};
     AcasClient refused(io.get_executor(), options);
-    EXPECT_THROW(drive(io, refused.get_sandbox("sb-1", deadline_after(Seconds{10}))), AcasAuthorizationError);
+    EXPECT_THROW(drive(io, refused.get_sandbox("sb-1", deadline_after(Seconds{10}))),
+                 AcasAuthorizationError);
     EXPECT_GE(forbidden.requests().size(), 2u);
 }
 
 TEST(AcasClient, A401IsNeverRetried) {
-    Fake fake([](const net::HttpRequest&, int) { return answer(401, R"({"title":"Unauthorized"})"); });
+    Fake fake(
+        [](const net::HttpRequest&, int) { return answer(401, R"({"title":"Unauthorized"})"); });
     boost::asio::io_context io;
     AcasClient client(io.get_executor(), fake.options());
-    EXPECT_THROW(drive(io, client.get_sandbox("sb-1", deadline_after(Seconds{10}))), AcasAuthorizationError);
+    EXPECT_THROW(drive(io, client.get_sandbox("sb-1", deadline_after(Seconds{10}))),
+                 AcasAuthorizationError);
     EXPECT_EQ(fake.requests().size(), 1u);
 }
 
@@ -157,18 +171,22 @@ TEST(AcasClient, AnExecGettingA5xxIsNeverResent) {
     Fake fake([](const net::HttpRequest&, int) { return answer(503); });
     boost::asio::io_context io;
     AcasClient client(io.get_executor(), fake.options());
-    EXPECT_THROW(drive(io, client.exec("sb-1", "true", std::nullopt, deadline_after(Seconds{10}), 4096)),
-                 AcasRequestOutcomeUnknown);
+    EXPECT_THROW(
+        drive(io, client.exec("sb-1", "true", std::nullopt, deadline_after(Seconds{10}), 4096)),
+        AcasRequestOutcomeUnknown);
     EXPECT_EQ(fake.requests().size(), 1u);
 }
 
 TEST(AcasClient, AnExecWhoseConnectionDropsInFlightIsNeverResent) {
-    Fake fake([](const net::HttpRequest&, int) { return answer(200, R"({"stdout":"","stderr":"","exitCode":0})"); });
+    Fake fake([](const net::HttpRequest&, int) {
+        return answer(200, R"({"stdout":"","stderr":"","exitCode":0})");
+    });
     fake.abort_on_call_ = 1;
     boost::asio::io_context io;
     AcasClient client(io.get_executor(), fake.options());
-    EXPECT_THROW(drive(io, client.exec("sb-1", "true", std::nullopt, deadline_after(Seconds{10}), 4096)),
-                 AcasRequestOutcomeUnknown);
+    EXPECT_THROW(
+        drive(io, client.exec("sb-1", "true", std::nullopt, deadline_after(Seconds{10}), 4096)),
+        AcasRequestOutcomeUnknown);
     EXPECT_EQ(fake.requests().size(), 1u);
 }
 
@@ -179,7 +197,8 @@ TEST(AcasClient, AnExecThrottledWithRetryAfterIsWaitedOutAndSentAgain) {
     });
     boost::asio::io_context io;
     AcasClient client(io.get_executor(), fake.options());
-    const auto result = drive(io, client.exec("sb-1", "echo hi", std::string("/w"), deadline_after(Seconds{10}), 4096));
+    const auto result = drive(
+        io, client.exec("sb-1", "echo hi", std::string("/w"), deadline_after(Seconds{10}), 4096));
     EXPECT_EQ(result.stdout_text, "hi");
     EXPECT_EQ(result.exit_code, 3);
     ASSERT_EQ(fake.requests().size(), 2u);
@@ -189,22 +208,27 @@ TEST(AcasClient, AnExecThrottledWithRetryAfterIsWaitedOutAndSentAgain) {
 }
 
 TEST(AcasClient, AThrottleOutlastingTheDeadlineLeavesNothingInFlight) {
-    Fake fake([](const net::HttpRequest&, int) { return answer(429, "{}", {{"Retry-After", "30"}}); });
+    Fake fake([](const net::HttpRequest&, int) {
+        return answer(429, "{}", {{"Retry-After", "30"}});
+    });
     boost::asio::io_context io;
     AcasClient client(io.get_executor(), fake.options());
-    EXPECT_THROW(drive(io, client.exec("sb-1", "true", std::nullopt, deadline_after(Seconds{1}), 4096)),
-                 AcasThrottled);
+    EXPECT_THROW(
+        drive(io, client.exec("sb-1", "true", std::nullopt, deadline_after(Seconds{1}), 4096)),
+        AcasThrottled);
     EXPECT_EQ(fake.requests().size(), 1u);
 }
 
 TEST(AcasClient, AnExecAnswerOverItsBoundIsRefused) {
     Fake fake([](const net::HttpRequest&, int) {
-        return answer(200, R"({"stdout":")" + std::string(10000, 'x') + R"(","stderr":"","exitCode":0})");
+        return answer(
+            200, R"({"stdout":")" + std::string(10000, 'x') + R"(","stderr":"","exitCode":0})");
     });
     boost::asio::io_context io;
     AcasClient client(io.get_executor(), fake.options());
-    EXPECT_THROW(drive(io, client.exec("sb-1", "true", std::nullopt, deadline_after(Seconds{10}), 2048)),
-                 AcasServiceError);
+    EXPECT_THROW(
+        drive(io, client.exec("sb-1", "true", std::nullopt, deadline_after(Seconds{10}), 2048)),
+        AcasServiceError);
 }
 
 TEST(AcasClient, FollowsASameHostNextLinkAndRefusesAForeignOne) {
@@ -219,16 +243,19 @@ TEST(AcasClient, FollowsASameHostNextLinkAndRefusesAForeignOne) {
     origin = fake.origin();
     boost::asio::io_context io;
     AcasClient client(io.get_executor(), fake.options());
-    const auto listed = drive(io, client.list_sandboxes({{"scope", "s"}}, deadline_after(Seconds{10})));
+    const auto listed =
+        drive(io, client.list_sandboxes({{"scope", "s"}}, deadline_after(Seconds{10})));
     ASSERT_EQ(listed.size(), 2u);
     EXPECT_NE(fake.requests()[0].target.find("labels=scope%3Ds"), std::string::npos);
 
-    for (const std::string& foreign : std::vector<std::string>{"https://evil.example.com/next", "http://127.0.0.1:1/next"}) {
+    for (const std::string& foreign :
+         std::vector<std::string>{"https://evil.example.com/next", "http://127.0.0.1:1/next"}) {
         Fake other([foreign](const net::HttpRequest&, int) {
             return answer(200, R"({"value":[],"nextLink":")" + foreign + R"("})");
         });
         AcasClient c(io.get_executor(), other.options());
-        EXPECT_THROW(drive(io, c.list_sandboxes({}, deadline_after(Seconds{10}))), AcasServiceError);
+        EXPECT_THROW(drive(io, c.list_sandboxes({}, deadline_after(Seconds{10}))),
+                     AcasServiceError);
         EXPECT_EQ(other.requests().size(), 1u);
     }
 }
@@ -239,14 +266,17 @@ TEST(AcasClient, RefusesTheEmulatorHeaderOutsideEmulatorModeAndRecordsItsRungIns
     });
     boost::asio::io_context io;
     AcasClient strict(io.get_executor(), fake.options(false));
-    EXPECT_THROW(drive(io, strict.get_sandbox("sb-1", deadline_after(Seconds{10}))), AcasEmulatorMismatch);
+    EXPECT_THROW(drive(io, strict.get_sandbox("sb-1", deadline_after(Seconds{10}))),
+                 AcasEmulatorMismatch);
     AcasClient emulated(io.get_executor(), fake.options(true));
     drive(io, emulated.get_sandbox("sb-1", deadline_after(Seconds{10})));
     EXPECT_EQ(emulated.emulator_rung(), Isolation::container);
 }
 
 TEST(AcasClient, CreatesWithLabelsClosedOrAllowlistEgressAndSuspendPolicy) {
-    Fake fake([](const net::HttpRequest&, int) { return answer(201, R"({"id":"new","state":"Creating"})"); });
+    Fake fake([](const net::HttpRequest&, int) {
+        return answer(201, R"({"id":"new","state":"Creating"})");
+    });
     boost::asio::io_context io;
     AcasClient client(io.get_executor(), fake.options());
     CreateSandboxRequest request;
@@ -262,7 +292,8 @@ TEST(AcasClient, CreatesWithLabelsClosedOrAllowlistEgressAndSuspendPolicy) {
     EXPECT_EQ(body.at("labels").at("kind").as_string(), "k");
     EXPECT_EQ(body.at("egressPolicy").at("defaultAction").as_string(), "Deny");
     EXPECT_EQ(body.at("egressPolicy").at("trafficInspection").as_string(), "Full");
-    EXPECT_EQ(body.at("egressPolicy").at("hostRules").at(0).at("pattern").as_string(), "mcr.microsoft.com");
+    EXPECT_EQ(body.at("egressPolicy").at("hostRules").at(0).at("pattern").as_string(),
+              "mcr.microsoft.com");
     EXPECT_EQ(body.at("lifecycle").at("autoSuspendPolicy").at("mode").as_string(), "Memory");
 }
 
@@ -272,7 +303,8 @@ TEST(AcasClient, ACreateIsNotResentAfterA5xx) {
     AcasClient client(io.get_executor(), fake.options());
     CreateSandboxRequest request;
     request.prebuilt_name = "ubuntu";
-    EXPECT_THROW(drive(io, client.create_sandbox(request, deadline_after(Seconds{10}))), AcasServiceError);
+    EXPECT_THROW(drive(io, client.create_sandbox(request, deadline_after(Seconds{10}))),
+                 AcasServiceError);
     EXPECT_EQ(fake.requests().size(), 1u);
 }
 
@@ -288,7 +320,8 @@ TEST(AcasClient, RefusesEndpointsAndIdsThatCannotAddressTheServiceSafely) {
     o.endpoint = "https://management.eastus.azuredevcompute.io/";
     EXPECT_THROW(AcasClient(io.get_executor(), o), InvalidArgument);
     o.endpoint = "https://management.eastus.azuredevcompute.io";
-    for (const std::string& bad : std::vector<std::string>{"", "a/b", "a\\b", "..", std::string("a\0b", 3)}) {
+    for (const std::string& bad :
+         std::vector<std::string>{"", "a/b", "a\\b", "..", std::string("a\0b", 3)}) {
         o.sandbox_group = bad;
         EXPECT_THROW(AcasClient(io.get_executor(), o), InvalidArgument) << bad;
     }

@@ -5,12 +5,12 @@
 // the acas-emulator is available. `fault` lets a test answer any request itself.
 #pragma once
 
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -36,7 +36,8 @@ struct ShellOutcome {
 
 inline ShellOutcome run_host_shell(const std::string& command, const std::string& cwd) {
     int out[2], err[2];
-    if (::pipe(out) != 0 || ::pipe(err) != 0) return {"", "pipe failed", 1};
+    if (::pipe(out) != 0 || ::pipe(err) != 0)
+        return {"", "pipe failed", 1};
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -65,7 +66,8 @@ inline ShellOutcome run_host_shell(const std::string& command, const std::string
                     fds[i].fd = -1;
                     --open_fds;
                 } else {
-                    (i == 0 ? outcome.out : outcome.err).append(buffer, static_cast<std::size_t>(n));
+                    (i == 0 ? outcome.out : outcome.err)
+                        .append(buffer, static_cast<std::size_t>(n));
                 }
             }
         }
@@ -80,7 +82,8 @@ inline std::string percent_decode(std::string_view text) {
     std::string out;
     for (std::size_t i = 0; i < text.size(); ++i) {
         if (text[i] == '%' && i + 2 < text.size()) {
-            out.push_back(static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16)));
+            out.push_back(
+                static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16)));
             i += 2;
         } else {
             out.push_back(text[i] == '+' ? ' ' : text[i]);
@@ -90,12 +93,17 @@ inline std::string percent_decode(std::string_view text) {
 }
 
 class FakeAcasService {
-public:
-    using Fault = std::function<std::optional<net::HttpResponse>(const net::HttpRequest&, const std::string& path)>;
+  public:
+    using Fault = std::function<std::optional<net::HttpResponse>(const net::HttpRequest&,
+                                                                 const std::string& path)>;
 
     explicit FakeAcasService(std::optional<std::string> emulator_header = std::nullopt)
         : emulator_header_(std::move(emulator_header)),
-          server_([this](net::HttpRequest request) -> Task<net::HttpResponse> { co_return handle(request); }, true) {
+          server_(
+              [this](net::HttpRequest request) -> Task<net::HttpResponse> {
+                  co_return handle(request);
+              },
+              true) {
         ca_file_ = dir_.write("ca.pem", server_.ca_pem());
     }
 
@@ -109,8 +117,9 @@ public:
     std::size_t count(const std::string& method, const std::string& path_suffix) {
         std::lock_guard lock(mutex_);
         std::size_t n = 0;
-        for (const auto& [m, p] : log_) n += (m == method && p.size() >= path_suffix.size() &&
-                                              p.compare(p.size() - path_suffix.size(), path_suffix.size(), path_suffix) == 0);
+        for (const auto& [m, p] : log_)
+            n += (m == method && p.size() >= path_suffix.size() &&
+                  p.compare(p.size() - path_suffix.size(), path_suffix.size(), path_suffix) == 0);
         return n;
     }
     std::size_t requests() {
@@ -128,15 +137,17 @@ public:
     std::optional<json::object> sandbox(const std::string& id) {
         std::lock_guard lock(mutex_);
         auto found = sandboxes_.find(id);
-        if (found == sandboxes_.end()) return std::nullopt;
+        if (found == sandboxes_.end())
+            return std::nullopt;
         return found->second;
     }
 
-private:
+  private:
     static net::HttpResponse reply(int status, json::value body = json::object{}) {
         net::HttpResponse response;
         response.status = status;
-        response.headers.set("Content-Type", status >= 400 ? "application/problem+json" : "application/json");
+        response.headers.set("Content-Type",
+                             status >= 400 ? "application/problem+json" : "application/json");
         response.body = json::serialize(body);
         return response;
     }
@@ -154,7 +165,8 @@ private:
                        {"isDir", S_ISDIR(st.st_mode)},
                        {"isSymlink", S_ISLNK(st.st_mode)},
                        {"modifiedTime", static_cast<std::int64_t>(st.st_mtime)}};
-        if (S_ISLNK(st.st_mode)) e["symlinkTarget"] = std::filesystem::read_symlink(path).string();
+        if (S_ISLNK(st.st_mode))
+            e["symlinkTarget"] = std::filesystem::read_symlink(path).string();
         return e;
     }
 
@@ -167,7 +179,8 @@ private:
             std::string pair;
             while (std::getline(pairs, pair, '&')) {
                 const auto eq = pair.find('=');
-                query[pair.substr(0, eq)] = percent_decode(eq == std::string::npos ? "" : pair.substr(eq + 1));
+                query[pair.substr(0, eq)] =
+                    percent_decode(eq == std::string::npos ? "" : pair.substr(eq + 1));
             }
         }
         Fault fault;
@@ -177,41 +190,52 @@ private:
             fault = fault_;
         }
         if (fault) {
-            if (auto answer = fault(request, path)) return decorate(std::move(*answer));
+            if (auto answer = fault(request, path))
+                return decorate(std::move(*answer));
         }
         return decorate(route(request, path, query));
     }
 
     net::HttpResponse decorate(net::HttpResponse response) {
-        if (emulator_header_) response.headers.set("x-acas-emulator", *emulator_header_);
+        if (emulator_header_)
+            response.headers.set("x-acas-emulator", *emulator_header_);
         return response;
     }
 
     net::HttpResponse route(const net::HttpRequest& request, const std::string& path,
                             std::map<std::string, std::string>& query) {
-        if (request.headers.get("Authorization").value_or("").rfind("Bearer ", 0) != 0) return problem(401, "Unauthorized");
+        if (request.headers.get("Authorization").value_or("").rfind("Bearer ", 0) != 0)
+            return problem(401, "Unauthorized");
         const std::string group = "/subscriptions/sub/resourceGroups/rg/sandboxGroups/grp";
-        if (path.rfind(group, 0) != 0 || query["api-version"] != "2026-02-01-preview") return problem(400, "BadRequest");
+        if (path.rfind(group, 0) != 0 || query["api-version"] != "2026-02-01-preview")
+            return problem(400, "BadRequest");
         const auto rest = path.substr(group.size());
         std::lock_guard lock(mutex_);
         if (rest == "/diskimages/public") {
-            return reply(200, json::object{{"value", json::array{json::object{{"name", "ubuntu"}},
-                                                                 json::object{{"name", "python-3.13"}},
-                                                                 json::object{{"name", "host"}}}}});
+            return reply(200,
+                         json::object{{"value", json::array{json::object{{"name", "ubuntu"}},
+                                                            json::object{{"name", "python-3.13"}},
+                                                            json::object{{"name", "host"}}}}});
         }
         if (rest == "/diskimages") {
-            return reply(200, json::array{json::object{{"id", "img-1"}, {"image", json::object{{"base", "reg.example.io/tool:1.0"}}}}});
+            return reply(200, json::array{json::object{
+                                  {"id", "img-1"},
+                                  {"image", json::object{{"base", "reg.example.io/tool:1.0"}}}}});
         }
         if (rest == "/sandboxes" && request.method == "PUT") {
             auto body = json::parse(request.body).as_object();
             if (body.contains("labels")) {
                 for (const auto& [k, v] : body["labels"].as_object()) {
-                    if (v.as_string().size() > 63) return problem(400, "Label value too long");
+                    if (v.as_string().size() > 63)
+                        return problem(400, "Label value too long");
                 }
             }
             const std::string id = "sb-" + std::to_string(++next_id_);
-            json::object sandbox{{"id", id}, {"state", "Creating"}, {"labels", body["labels"]},
-                                 {"egressPolicy", body["egressPolicy"]}, {"lifecycle", body["lifecycle"]}};
+            json::object sandbox{{"id", id},
+                                 {"state", "Creating"},
+                                 {"labels", body["labels"]},
+                                 {"egressPolicy", body["egressPolicy"]},
+                                 {"lifecycle", body["lifecycle"]}};
             sandboxes_[id] = sandbox;
             return reply(201, sandbox);
         }
@@ -221,7 +245,8 @@ private:
             std::stringstream pairs(query["labels"]);
             std::string pair;
             while (std::getline(pairs, pair, ',')) {
-                if (!pair.empty()) wanted[pair.substr(0, pair.find('='))] = pair.substr(pair.find('=') + 1);
+                if (!pair.empty())
+                    wanted[pair.substr(0, pair.find('='))] = pair.substr(pair.find('=') + 1);
             }
             for (const auto& [id, sandbox] : sandboxes_) {
                 bool match = true;
@@ -230,18 +255,21 @@ private:
                     match = match && labels.is_object() && labels.as_object().contains(k) &&
                             labels.as_object().at(k).as_string() == v;
                 }
-                if (match) items.push_back(sandbox);
+                if (match)
+                    items.push_back(sandbox);
             }
             return reply(200, json::object{{"value", items}});
         }
         const std::string prefix = "/sandboxes/";
-        if (rest.rfind(prefix, 0) != 0) return problem(404, "NotFound");
+        if (rest.rfind(prefix, 0) != 0)
+            return problem(404, "NotFound");
         const auto tail = rest.substr(prefix.size());
         const auto slash = tail.find('/');
         const auto id = tail.substr(0, slash);
         const auto sub = slash == std::string::npos ? std::string() : tail.substr(slash);
         auto found = sandboxes_.find(id);
-        if (found == sandboxes_.end()) return problem(404, "SandboxNotFound");
+        if (found == sandboxes_.end())
+            return problem(404, "SandboxNotFound");
         auto& sandbox = found->second;
         if (sub.empty() && request.method == "GET") {
             json::object answer = sandbox;
@@ -256,22 +284,29 @@ private:
             sandbox["lifecyclePolicy"] = json::parse(request.body);
             return reply(200, sandbox["lifecyclePolicy"]);
         }
-        if (sub == "/resume") return reply(200, sandbox);
+        if (sub == "/resume")
+            return reply(200, sandbox);
         if (sub == "/executeShellCommand") {
             const auto body = json::parse(request.body).as_object();
-            const std::string cwd = body.contains("workingDirectory") ? std::string(body.at("workingDirectory").as_string()) : "/";
+            const std::string cwd = body.contains("workingDirectory")
+                                        ? std::string(body.at("workingDirectory").as_string())
+                                        : "/";
             const auto outcome = run_host_shell(std::string(body.at("command").as_string()), cwd);
-            return reply(200, json::object{{"stdout", outcome.out}, {"stderr", outcome.err}, {"exitCode", outcome.code}});
+            return reply(200, json::object{{"stdout", outcome.out},
+                                           {"stderr", outcome.err},
+                                           {"exitCode", outcome.code}});
         }
         const std::string file = query["path"];
         if (sub == "/files/stat") {
             struct stat st {};
-            if (::lstat(file.c_str(), &st) != 0) return problem(404, "FileNotFound");
+            if (::lstat(file.c_str(), &st) != 0)
+                return problem(404, "FileNotFound");
             return reply(200, entry(file));
         }
         if (sub == "/files/list") {
             std::error_code error;
-            if (!std::filesystem::is_directory(file, error)) return problem(404, "DirectoryNotFound");
+            if (!std::filesystem::is_directory(file, error))
+                return problem(404, "DirectoryNotFound");
             json::array entries;
             for (const auto& child : std::filesystem::directory_iterator(file)) {
                 entries.push_back(entry(file + "/" + child.path().filename().string()));
@@ -280,7 +315,8 @@ private:
         }
         if (sub == "/files" && request.method == "GET") {
             std::ifstream in(file, std::ios::binary);
-            if (!in) return problem(404, "FileNotFound");
+            if (!in)
+                return problem(404, "FileNotFound");
             std::ostringstream bytes;
             bytes << in.rdbuf();
             net::HttpResponse response;
@@ -295,12 +331,14 @@ private:
         }
         if (sub == "/files" && request.method == "DELETE") {
             std::error_code error;
-            if (!std::filesystem::exists(std::filesystem::symlink_status(file))) return problem(404, "FileNotFound");
+            if (!std::filesystem::exists(std::filesystem::symlink_status(file)))
+                return problem(404, "FileNotFound");
             std::filesystem::remove_all(file, error);
             return reply(200);
         }
         if (sub == "/files/mkdir") {
-            std::filesystem::create_directories(std::string(json::parse(request.body).at("path").as_string()));
+            std::filesystem::create_directories(
+                std::string(json::parse(request.body).at("path").as_string()));
             return reply(200);
         }
         return problem(404, "NotFound");

@@ -4,6 +4,7 @@
 // temporary directories.
 #pragma once
 
+#include <unistd.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -13,7 +14,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <unistd.h>
 
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/net/http_server.hpp"
@@ -27,12 +27,14 @@ T drive(boost::asio::io_context& io, Task<T> task) {
     std::optional<T> result;
     boost::asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T value) {
         failure = e;
-        if (!e) result.emplace(std::move(value));
+        if (!e)
+            result.emplace(std::move(value));
         io.stop();
     });
     io.restart();
     io.run();
-    if (failure) std::rethrow_exception(failure);
+    if (failure)
+        std::rethrow_exception(failure);
     return std::move(*result);
 }
 
@@ -44,14 +46,17 @@ inline void drive(boost::asio::io_context& io, Task<void> task) {
     });
     io.restart();
     io.run();
-    if (failure) std::rethrow_exception(failure);
+    if (failure)
+        std::rethrow_exception(failure);
 }
 
 class TempDir {
-public:
+  public:
     TempDir() {
-        std::string pattern = (std::filesystem::temp_directory_path() / "maf-acas-test-XXXXXX").string();
-        if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+        std::string pattern =
+            (std::filesystem::temp_directory_path() / "maf-acas-test-XXXXXX").string();
+        if (::mkdtemp(pattern.data()) == nullptr)
+            throw std::runtime_error("mkdtemp failed");
         path_ = pattern;
     }
     ~TempDir() {
@@ -59,20 +64,21 @@ public:
         std::filesystem::remove_all(path_, ignored);
     }
     const std::filesystem::path& path() const { return path_; }
-    std::string write(const std::string& name, const std::string& content, unsigned mode = 0644) const {
+    std::string write(const std::string& name, const std::string& content,
+                      unsigned mode = 0644) const {
         const auto file = path_ / name;
         std::ofstream(file, std::ios::binary) << content;
         std::filesystem::permissions(file, static_cast<std::filesystem::perms>(mode));
         return file.string();
     }
 
-private:
+  private:
     std::filesystem::path path_;
 };
 
 // An HttpServer on 127.0.0.1:0 running on its own thread.
 class LoopbackServer {
-public:
+  public:
     explicit LoopbackServer(net::HttpHandler handler, bool tls = false)
         : guard_(io_.get_executor()) {
         net::HttpServerOptions options;
@@ -80,12 +86,14 @@ public:
             authority_ = net::generate_self_signed();
             options.tls = authority_->server;
         }
-        server_ = std::make_unique<net::HttpServer>(io_.get_executor(), options, std::move(handler));
+        server_ =
+            std::make_unique<net::HttpServer>(io_.get_executor(), options, std::move(handler));
         port_ = server_->start();
         thread_ = std::thread([this] { io_.run(); });
     }
     ~LoopbackServer() {
-        boost::asio::co_spawn(io_, server_->stop(Seconds{0.2}), [this](std::exception_ptr) { guard_.reset(); });
+        boost::asio::co_spawn(io_, server_->stop(Seconds{0.2}),
+                              [this](std::exception_ptr) { guard_.reset(); });
         thread_.join();
         server_.reset();
     }
@@ -95,7 +103,7 @@ public:
     std::uint16_t port() const { return port_; }
     const std::string& ca_pem() const { return authority_->ca_certificate_pem; }
 
-private:
+  private:
     boost::asio::io_context io_;
     boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
     std::optional<net::SelfSignedAuthority> authority_;

@@ -69,11 +69,12 @@ TEST(StaticTokenCredential, ReturnsTheTokenAndRefusesAnEmptyOne) {
 
 TEST(ClientSecretCredential, PostsTheClientCredentialsFormToTheOverriddenAuthority) {
     Recorded recorded;
-    LoopbackServer server(recording(recorded, 200,
-                                    R"({"token_type":"Bearer","expires_in":3600,"access_token":"at-1"})"));
+    LoopbackServer server(recording(
+        recorded, 200, R"({"token_type":"Bearer","expires_in":3600,"access_token":"at-1"})"));
     boost::asio::io_context io;
     auto options = options_with({{"AZURE_AUTHORITY_HOST", server.origin()}});
-    auto credential = make_client_secret_credential(io.get_executor(), "tenant-1", "client-1", "s3cret", options);
+    auto credential =
+        make_client_secret_credential(io.get_executor(), "tenant-1", "client-1", "s3cret", options);
     const auto token = drive(io, credential->get_token(kScopes));
     EXPECT_EQ(token.token, "at-1");
     const auto request = recorded.last();
@@ -82,17 +83,18 @@ TEST(ClientSecretCredential, PostsTheClientCredentialsFormToTheOverriddenAuthori
     EXPECT_NE(request.body.find("grant_type=client_credentials"), std::string::npos);
     EXPECT_NE(request.body.find("client_id=client-1"), std::string::npos);
     EXPECT_NE(request.body.find("client_secret=s3cret"), std::string::npos);
-    EXPECT_NE(request.body.find("scope=https%3A%2F%2Fdynamicsessions.io%2F.default"), std::string::npos);
+    EXPECT_NE(request.body.find("scope=https%3A%2F%2Fdynamicsessions.io%2F.default"),
+              std::string::npos);
 }
 
 TEST(ClientSecretCredential, ARefusalNamesTheErrorCodeButNeverTheSecret) {
     Recorded recorded;
-    LoopbackServer server(recording(recorded, 401,
-                                    R"({"error":"invalid_client","error_description":"bad s3cret"})"));
+    LoopbackServer server(
+        recording(recorded, 401, R"({"error":"invalid_client","error_description":"bad s3cret"})"));
     boost::asio::io_context io;
-    auto credential = make_client_secret_credential(
-        io.get_executor(), "tenant-1", "client-1", "s3cret",
-        options_with({{"AZURE_AUTHORITY_HOST", server.origin()}}));
+    auto credential =
+        make_client_secret_credential(io.get_executor(), "tenant-1", "client-1", "s3cret",
+                                      options_with({{"AZURE_AUTHORITY_HOST", server.origin()}}));
     try {
         drive(io, credential->get_token(kScopes));
         FAIL() << "expected AuthenticationFailed";
@@ -116,7 +118,8 @@ TEST(EnvironmentCredential, IsUnavailableWithoutItsVariablesAndUsesTheSecretWhen
     EXPECT_THROW(drive(io, missing->get_token(kScopes)), CredentialUnavailable);
 
     Recorded recorded;
-    LoopbackServer server(recording(recorded, 200, R"({"expires_in":3600,"access_token":"env-tok"})"));
+    LoopbackServer server(
+        recording(recorded, 200, R"({"expires_in":3600,"access_token":"env-tok"})"));
     auto present = make_environment_credential(
         io.get_executor(), options_with({{"AZURE_AUTHORITY_HOST", server.origin()},
                                          {"AZURE_TENANT_ID", "t"},
@@ -154,7 +157,8 @@ TEST(ClientCertificateCredential, PresentsAnRs256AssertionWithTheThumbprint) {
     TempDir dir;
     const auto pem = dir.write("client.pem", rsa_pem_with_certificate());
     Recorded recorded;
-    LoopbackServer server(recording(recorded, 200, R"({"expires_in":3600,"access_token":"cert-tok"})"));
+    LoopbackServer server(
+        recording(recorded, 200, R"({"expires_in":3600,"access_token":"cert-tok"})"));
     boost::asio::io_context io;
     auto credential = make_environment_credential(
         io.get_executor(), options_with({{"AZURE_AUTHORITY_HOST", server.origin()},
@@ -163,7 +167,8 @@ TEST(ClientCertificateCredential, PresentsAnRs256AssertionWithTheThumbprint) {
                                          {"AZURE_CLIENT_CERTIFICATE_PATH", pem}}));
     EXPECT_EQ(drive(io, credential->get_token(kScopes)).token, "cert-tok");
     const auto body = recorded.last().body;
-    EXPECT_NE(body.find("client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type%3Ajwt-bearer"),
+    EXPECT_NE(body.find("client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type%"
+                        "3Ajwt-bearer"),
               std::string::npos);
     const auto at = body.find("client_assertion=");
     ASSERT_NE(at, std::string::npos);
@@ -177,7 +182,8 @@ TEST(WorkloadIdentityCredential, ExchangesTheFederatedTokenFileReReadOnEveryRequ
     TempDir dir;
     const auto file = dir.write("token", "federated-1\n");
     Recorded recorded;
-    LoopbackServer server(recording(recorded, 200, R"({"expires_in":3600,"access_token":"wi-tok"})"));
+    LoopbackServer server(
+        recording(recorded, 200, R"({"expires_in":3600,"access_token":"wi-tok"})"));
     boost::asio::io_context io;
     auto credential = make_workload_identity_credential(
         io.get_executor(), options_with({{"AZURE_AUTHORITY_HOST", server.origin()},
@@ -196,8 +202,8 @@ TEST(WorkloadIdentityCredential, ExchangesTheFederatedTokenFileReReadOnEveryRequ
 
 TEST(ManagedIdentityCredential, UsesIdentityEndpointWithItsHeaderAndResource) {
     Recorded recorded;
-    LoopbackServer server(recording(recorded, 200,
-                                    R"({"access_token":"mi-tok","expires_on":"4102444800"})"));
+    LoopbackServer server(
+        recording(recorded, 200, R"({"access_token":"mi-tok","expires_on":"4102444800"})"));
     boost::asio::io_context io;
     auto credential = make_managed_identity_credential(
         io.get_executor(), options_with({{"IDENTITY_ENDPOINT", server.origin() + "/msi/token"},
@@ -213,7 +219,8 @@ TEST(ManagedIdentityCredential, UsesIdentityEndpointWithItsHeaderAndResource) {
 
 TEST(ManagedIdentityCredential, AsksTheOverriddenImdsWithTheMetadataHeader) {
     Recorded recorded;
-    LoopbackServer server(recording(recorded, 200, R"({"access_token":"imds-tok","expires_in":"3600"})"));
+    LoopbackServer server(
+        recording(recorded, 200, R"({"access_token":"imds-tok","expires_in":"3600"})"));
     boost::asio::io_context io;
     CredentialOptions options = options_with({});
     options.imds_endpoint = server.origin() + "/metadata/identity/oauth2/token";
@@ -253,7 +260,8 @@ struct FakeAz {
 TEST(AzureCliCredential, RunsAzAccountGetAccessTokenForTheResource) {
     FakeAz az(
         "echo \"$@\" > \"$(dirname \"$0\")/args\"\n"
-        "echo '{\"accessToken\":\"cli-tok\",\"expires_on\":4102444800,\"tokenType\":\"Bearer\"}'\n");
+        "echo "
+        "'{\"accessToken\":\"cli-tok\",\"expires_on\":4102444800,\"tokenType\":\"Bearer\"}'\n");
     boost::asio::io_context io;
     auto credential = make_azure_cli_credential(io.get_executor(), az.options());
     const auto token = drive(io, credential->get_token(kScopes));
@@ -268,7 +276,8 @@ TEST(AzureCliCredential, RunsAzAccountGetAccessTokenForTheResource) {
 TEST(AzureCliCredential, IsUnavailableWithoutAzOrWithoutALogin) {
     boost::asio::io_context io;
     TempDir empty;
-    auto no_az = make_azure_cli_credential(io.get_executor(), options_with({{"PATH", empty.path().string()}}));
+    auto no_az = make_azure_cli_credential(io.get_executor(),
+                                           options_with({{"PATH", empty.path().string()}}));
     EXPECT_THROW(drive(io, no_az->get_token(kScopes)), CredentialUnavailable);
 
     FakeAz logged_out("echo \"ERROR: Please run 'az login' to setup account.\" >&2; exit 1\n");
@@ -286,18 +295,20 @@ TEST(AzureCliCredential, AnAzThatOverrunsItsDeadlineIsKilled) {
 }
 
 class CountingCredential : public TokenCredential {
-public:
+  public:
     explicit CountingCredential(std::chrono::seconds lifetime, bool fail_after_first = false)
         : lifetime_(lifetime), fail_after_first_(fail_after_first) {}
     std::string_view name() const override { return "Counting"; }
     Task<AccessToken> get_token(std::vector<std::string>) override {
         const int n = ++calls;
-        if (fail_after_first_ && n > 1) throw AuthenticationFailed("refresh failed");
-        co_return AccessToken{"tok-" + std::to_string(n), WallClock::now() + lifetime_, std::nullopt};
+        if (fail_after_first_ && n > 1)
+            throw AuthenticationFailed("refresh failed");
+        co_return AccessToken{"tok-" + std::to_string(n), WallClock::now() + lifetime_,
+                              std::nullopt};
     }
     std::atomic<int> calls{0};
 
-private:
+  private:
     std::chrono::seconds lifetime_;
     bool fail_after_first_;
 };
@@ -316,7 +327,8 @@ TEST(CachingCredential, RefreshesBeforeExpiryAndKeepsAValidTokenWhenRefreshFails
     auto cached = make_caching_credential(inner);
     EXPECT_EQ(run_blocking(cached->get_token(kScopes)).token, "tok-1");
     std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-    EXPECT_EQ(run_blocking(cached->get_token(kScopes)).token, "tok-1");  // refresh failed, still valid
+    EXPECT_EQ(run_blocking(cached->get_token(kScopes)).token,
+              "tok-1");  // refresh failed, still valid
     EXPECT_EQ(inner->calls, 2);
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     EXPECT_THROW(run_blocking(cached->get_token(kScopes)), AuthenticationFailed);

@@ -25,7 +25,7 @@ struct HostShellBackendOptions {
 };
 
 class HostShellBackend : public SandboxBackend {
-public:
+  public:
     explicit HostShellBackend(HostShellBackendOptions options = {})
         : options_(std::move(options)) {}
 
@@ -96,7 +96,7 @@ public:
     std::vector<std::pair<std::string, std::string>> purged;
     int created = 0;
 
-private:
+  private:
     HostShellBackendOptions options_;
 };
 

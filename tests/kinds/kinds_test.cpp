@@ -28,7 +28,7 @@ using testing::HostShellBackend;
 using testing::HostShellBackendOptions;
 
 class TempDir {
-public:
+  public:
     TempDir() {
         char pattern[] = "/tmp/maf-kinds-test-XXXXXX";
         path_ = ::mkdtemp(pattern);
@@ -39,7 +39,7 @@ public:
     }
     const fs::path& path() const { return path_; }
 
-private:
+  private:
     fs::path path_;
 };
 
@@ -55,12 +55,11 @@ DeclaredOutput declared(std::string path) {
 }
 
 bool is_twelve_hex(const std::string& text) {
-    return text.size() == 12 &&
-           text.find_first_not_of("0123456789abcdef") == std::string::npos;
+    return text.size() == 12 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
 class KindsTest : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         log_ = std::make_shared<spdlog::logger>(
             "kinds-test", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_text_));
@@ -78,8 +77,7 @@ protected:
 
     CodeActTool codeact(CodeActConfig config = {}, std::optional<OutputSink> sink = {}) {
         return CodeActTool(router_, std::move(config),
-                           std::make_shared<FileStore>(store_dir_.path()), std::move(sink),
-                           log_);
+                           std::make_shared<FileStore>(store_dir_.path()), std::move(sink), log_);
     }
 
     // Every entry left in the guest base of the caller's codeact sandbox.
@@ -160,8 +158,8 @@ TEST_F(KindsTest, CodeActLandsDeclaredOutputsInTheSink) {
                                             "application/json", true, std::nullopt});
     auto tool = codeact(config, make_file_system_sink(out_dir_.path()));
     EXPECT_TRUE(tool.spec()->requires_capabilities.count(Capability::files_out));
-    auto result = run_blocking(tool.execute_code(
-        caller_, {"open('summary.json','w').write('{\"total\": 42}')\n", {}}));
+    auto result = run_blocking(
+        tool.execute_code(caller_, {"open('summary.json','w').write('{\"total\": 42}')\n", {}}));
     ASSERT_FALSE(result.is_error()) << result.message;
     ASSERT_EQ(result.landed.size(), 1u);
     EXPECT_EQ(result.landed[0], "summary.json (13 bytes)");
@@ -194,8 +192,8 @@ TEST_F(KindsTest, CodeActOverCapOutputIsRefusedWithTheHeadAndTheDroppedCount) {
     config.sandbox.max_output_bytes = 1000;
     config.sandbox.timeout = Seconds{10.0};
     auto tool = codeact(config);
-    auto result =
-        run_blocking(tool.execute_code(caller_, {"import sys\nsys.stdout.write('x' * 5000)\n", {}}));
+    auto result = run_blocking(
+        tool.execute_code(caller_, {"import sys\nsys.stdout.write('x' * 5000)\n", {}}));
     ASSERT_EQ(result.failure, CallFailure::output_over_cap) << result.message;
     ASSERT_TRUE(result.program);
     EXPECT_LE(result.program->stdout_text.size(), 1000u);
@@ -208,8 +206,8 @@ TEST_F(KindsTest, CodeActOverCapOutputIsRefusedWithTheHeadAndTheDroppedCount) {
 
 TEST_F(KindsTest, CodeActFailingProgramIsANormalResultAndItsCallDirectoryIsReclaimed) {
     auto tool = codeact();
-    auto result = run_blocking(
-        tool.execute_code(caller_, {"open('scratch.txt','w').write('x')\nraise SystemExit(3)\n", {}}));
+    auto result = run_blocking(tool.execute_code(
+        caller_, {"open('scratch.txt','w').write('x')\nraise SystemExit(3)\n", {}}));
     EXPECT_FALSE(result.is_error());
     ASSERT_TRUE(result.program);
     EXPECT_EQ(result.program->exit_code, 3);
@@ -222,8 +220,8 @@ TEST_F(KindsTest, CodeActTimeoutIsAFixedSentenceAndStillCleansUp) {
     CodeActConfig config;
     config.sandbox.timeout = Seconds{0.5};
     auto tool = codeact(config);
-    auto result = run_blocking(
-        tool.execute_code(caller_, {"open('a','w').write('x')\nimport time\ntime.sleep(30)\n", {}}));
+    auto result = run_blocking(tool.execute_code(
+        caller_, {"open('a','w').write('x')\nimport time\ntime.sleep(30)\n", {}}));
     EXPECT_EQ(result.failure, CallFailure::timed_out);
     EXPECT_NE(result.message.find("did not finish within 0.5 seconds"), std::string::npos);
     EXPECT_TRUE(leftovers("codeact").empty());
@@ -260,8 +258,7 @@ TEST_F(KindsTest, CancelledCallIsCleanedUpBeforeTheCancellationPropagates) {
         // Named, not temporaries: g++ 12 destroys temporaries of a co_await operand twice.
         CodeActArguments arguments{"open('a','w').write('x')\nimport time\ntime.sleep(30)", {}};
         auto call = tool.execute_code(caller_, std::move(arguments));
-        auto outcome =
-            co_await (std::move(call) || timer.async_wait(boost::asio::use_awaitable));
+        auto outcome = co_await (std::move(call) || timer.async_wait(boost::asio::use_awaitable));
         co_return outcome.index() == 1;
     };
     EXPECT_TRUE(run_blocking(io, race()));
@@ -286,8 +283,8 @@ TEST_F(KindsTest, TheKeyComesFromTheHostContextNeverFromArguments) {
     // Arguments that look like key material change nothing: the arguments type has no key fields.
     static_assert(sizeof(CodeActArguments) ==
                   sizeof(std::string) + sizeof(std::vector<std::string>));
-    run_blocking(tool.execute_code(
-        caller_, {"# scope=evil thread_id=evil agent_dir=evil\nprint(1)", {}}));
+    run_blocking(
+        tool.execute_code(caller_, {"# scope=evil thread_id=evil agent_dir=evil\nprint(1)", {}}));
     ASSERT_EQ(backend_->acquired.size(), 1u);
     const auto& key = backend_->acquired[0].first;
     EXPECT_EQ(key.scope, "tenant-a");

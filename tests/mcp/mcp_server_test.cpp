@@ -39,7 +39,7 @@ std::string call(std::string_view id, std::string_view tool, std::string_view ar
 }
 
 class McpServerTest : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override { build({}); }
 
     void build(kinds::SandboxSettings settings) {
@@ -63,7 +63,9 @@ protected:
         session_ = server_->open_session("session-1");
     }
 
-    json::object handle(std::string text) { return parse(run_blocking(io_, session_->handle(text))); }
+    json::object handle(std::string text) {
+        return parse(run_blocking(io_, session_->handle(text)));
+    }
 
     json::object initialize(std::string_view version = "2025-06-18") {
         return handle(fmt::format(
@@ -129,8 +131,9 @@ TEST_F(McpServerTest, OpenWorldHintIsTrueOnlyWhenEgressIsNotClosed) {
 
 TEST_F(McpServerTest, ExecuteCodeReturnsTheProgramsOutputAsTextAndStructuredContent) {
     initialize();
-    auto reply = handle(call("2", "execute_code",
-                             R"({"code":"import sys\nprint(6*7)\nprint('e', file=sys.stderr)\nsys.exit(4)"})"));
+    auto reply = handle(
+        call("2", "execute_code",
+             R"j({"code":"import sys\nprint(6*7)\nprint('e', file=sys.stderr)\nsys.exit(4)"})j"));
     const auto& result = reply.at("result").as_object();
     EXPECT_FALSE(result.at("isError").as_bool()) << json::serialize(result);
     const auto& structured = result.at("structuredContent").as_object();
@@ -154,7 +157,8 @@ TEST_F(McpServerTest, OlderClientsGetTextWithoutStructuredContent) {
 
 TEST_F(McpServerTest, AnInputFileAbsentFromTheStoreIsAnErrorResultWithAFixedSentence) {
     initialize();
-    auto reply = handle(call("2", "execute_code", R"({"code":"print(1)","input_files":["x.csv"]})"));
+    auto reply =
+        handle(call("2", "execute_code", R"j({"code":"print(1)","input_files":["x.csv"]})j"));
     const auto& result = reply.at("result").as_object();
     EXPECT_TRUE(result.at("isError").as_bool());
     const std::string text(result.at("content").as_array()[0].at("text").as_string());
@@ -184,8 +188,8 @@ TEST_F(McpServerTest, MalformedInputGetsStructuredJsonRpcErrors) {
 TEST_F(McpServerTest, NoToolArgumentCanSetTheSandboxKey) {
     initialize();
     for (const auto* member : {"thread_id", "scope", "agent_dir", "key", "call_id"}) {
-        auto reply = handle(call("1", "run_shell", fmt::format(R"({{"command":"true","{}":"x"}})",
-                                                               member)));
+        auto reply =
+            handle(call("1", "run_shell", fmt::format(R"({{"command":"true","{}":"x"}})", member)));
         EXPECT_EQ(reply.at("error").at("code").as_int64(), -32602) << member;
     }
     EXPECT_TRUE(backend_->acquired.empty());
@@ -197,12 +201,14 @@ TEST_F(McpServerTest, NoToolArgumentCanSetTheSandboxKey) {
 }
 
 TEST_F(McpServerTest, NotificationsAndClientResponsesGetNoReply) {
-    EXPECT_FALSE(run_blocking(io_, session_->handle(
-                                       R"({"jsonrpc":"2.0","method":"notifications/initialized"})")));
+    EXPECT_FALSE(run_blocking(
+        io_, session_->handle(R"({"jsonrpc":"2.0","method":"notifications/initialized"})")));
     EXPECT_TRUE(session_->initialized());
     EXPECT_FALSE(run_blocking(io_, session_->handle(R"({"jsonrpc":"2.0","id":5,"result":{}})")));
     EXPECT_FALSE(run_blocking(
-        io_, session_->handle(R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":99}})")));
+        io_,
+        session_->handle(
+            R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":99}})")));
 }
 
 TEST_F(McpServerTest, CancelledCallSendsNoResponseAndCleansUpItsCallDirectory) {
@@ -212,7 +218,8 @@ TEST_F(McpServerTest, CancelledCallSendsNoResponseAndCleansUpItsCallDirectory) {
     auto scenario = [&]() -> Task<void> {
         auto executor = co_await boost::asio::this_coro::executor;
         auto long_call = session_->handle(
-            call("7", "execute_code", R"({"code":"open('f','w').write('x')\nimport time\ntime.sleep(30)"})"));
+            call("7", "execute_code",
+                 R"j({"code":"open('f','w').write('x')\nimport time\ntime.sleep(30)"})j"));
         boost::asio::co_spawn(
             executor, std::move(long_call),
             [&](std::exception_ptr, std::optional<std::string> answer) { reply = answer; });
@@ -255,11 +262,12 @@ TEST_F(McpServerTest, ProgressNotificationsFollowTheProgressToken) {
 TEST_F(McpServerTest, ClosingTheSessionDisposesItsSandboxesAndRefusesFurtherRequests) {
     initialize();
     handle(call("1", "run_shell", R"({"command":"true"})"));
-    handle(call("2", "execute_code", R"({"code":"print(1)"})"));
+    handle(call("2", "execute_code", R"j({"code":"print(1)"})j"));
     EXPECT_EQ(backend_->live.size(), 2u);
     run_blocking(io_, session_->close());
     ASSERT_EQ(backend_->purged.size(), 1u);
-    EXPECT_EQ(backend_->purged[0], std::make_pair(std::string("test-scope"), std::string("session-1")));
+    EXPECT_EQ(backend_->purged[0],
+              std::make_pair(std::string("test-scope"), std::string("session-1")));
     EXPECT_TRUE(backend_->live.empty());
     EXPECT_NE(log_text_.str().find("session session-1 ended: disposed 2 sandbox(es)"),
               std::string::npos)

@@ -29,7 +29,8 @@ std::uint64_t own_rss_kib() {
 
 // Counts the guest's processes named `comm`.
 int count_named(const ScopedSandbox& sandbox, const std::string& comm) {
-    const auto reply = sandbox.sh(fmt::format("grep -lx {} /proc/[0-9]*/comm 2>/dev/null | wc -l", comm));
+    const auto reply =
+        sandbox.sh(fmt::format("grep -lx {} /proc/[0-9]*/comm 2>/dev/null | wc -l", comm));
     return std::stoi(reply.stdout_head);
 }
 
@@ -52,7 +53,8 @@ TEST(Limits, AllocationOverTheMemoryLimitIsKilledAndReported) {
     auto launch = host_launch(state.path(), unique_id());
     launch.limits.memory_bytes = 256ull << 20;
     ScopedSandbox sandbox(launch);
-    const auto reply = sandbox.sh("/usr/bin/python3 -c 'b = bytearray(2 * 1024**3); print(len(b))'", 60s);
+    const auto reply =
+        sandbox.sh("/usr/bin/python3 -c 'b = bytearray(2 * 1024**3); print(len(b))'", 60s);
     EXPECT_EQ(reply.status, ExecStatus::exited);
     EXPECT_EQ(reply.exit_code, 137) << reply.stderr_head;
     EXPECT_GE(reply.oom_kills, 1u);
@@ -85,7 +87,8 @@ TEST(Limits, ForkBombIsContainedAndTheHostStaysResponsive) {
     done = true;
     probe.join();
     EXPECT_EQ(reply.status, ExecStatus::timed_out);
-    EXPECT_LT(worst, 1000ms) << "spawning on the host took " << worst.count() << " ms during the bomb";
+    EXPECT_LT(worst, 1000ms) << "spawning on the host took " << worst.count()
+                             << " ms during the bomb";
     const auto pids = sandbox.sh("cat /proc/[0-9]*/comm | wc -l");
     EXPECT_LT(std::stoi(pids.stdout_head), 8) << "the bomb's processes survived the timeout";
 }
@@ -101,14 +104,16 @@ TEST(Limits, OutputOverTheCapIsDrainedCountedAndNeverBuffered) {
     EXPECT_EQ(reply.stdout_head.size(), 1u << 20);
     EXPECT_GT(reply.stdout_total, 16u << 20) << "yes should write far more than the cap in 3 s";
     EXPECT_TRUE(reply.truncated());
-    EXPECT_LT(rss_after, rss_before + 8 * 1024) << "host memory grew by " << (rss_after - rss_before) << " KiB";
+    EXPECT_LT(rss_after, rss_before + 8 * 1024)
+        << "host memory grew by " << (rss_after - rss_before) << " KiB";
 }
 
 TEST(Limits, TimeoutKillsTheWholeTreeIncludingSetsidAndDoubleForkedChildren) {
     StateDir state;
     ScopedSandbox sandbox(host_launch(state.path(), unique_id()));
     const auto reply = sandbox.sh(
-        "setsid sh -c 'sleep 1000' & (sleep 1000 &); nohup sleep 1000 >/dev/null 2>&1 & sleep 1000", 1s);
+        "setsid sh -c 'sleep 1000' & (sleep 1000 &); nohup sleep 1000 >/dev/null 2>&1 & sleep 1000",
+        1s);
     EXPECT_EQ(reply.status, ExecStatus::timed_out);
     EXPECT_EQ(count_named(sandbox, "sleep"), 0);
 }
@@ -133,7 +138,8 @@ TEST(Limits, WritableLayerIsLimitedByTheDiskSize) {
     launch.mounts.disk_bytes = 16ull << 20;
     ScopedSandbox sandbox(launch);
     const auto reply = sandbox.sh("head -c 32M /dev/zero > /maf-sandbox/work/big; echo $?", 30s);
-    EXPECT_NE(reply.stderr_head.find("No space left on device"), std::string::npos) << reply.stderr_head;
+    EXPECT_NE(reply.stderr_head.find("No space left on device"), std::string::npos)
+        << reply.stderr_head;
 }
 
 TEST(Limits, CpuQuotaIsWritten) {

@@ -34,7 +34,8 @@ TEST(LocalBackend, AcquireReusesByKeyAndDisposeScopeRemovesEverything) {
     auto first = run_blocking(backend.acquire(key, spec_for()));
     auto second = run_blocking(backend.acquire(key, spec_for()));
     ExecRequest request;
-    request.command = std::string("echo $PWD; id -u; echo warm > marker; touch w && ls -ld . | cut -c1-4");
+    request.command =
+        std::string("echo $PWD; id -u; echo warm > marker; touch w && ls -ld . | cut -c1-4");
     const auto a = run_blocking(first->exec(request));
     EXPECT_EQ(a.stdout_bytes, "/maf-sandbox/work\n1000\ndrwx\n") << a.stderr_bytes;
     request.command = std::vector<std::string>{"cat", "marker"};
@@ -101,7 +102,8 @@ TEST(LocalBackend, BadInputCreatesNothing) {
     SandboxSpecFields fields;
     fields.kind = "shell";
     fields.image = "no-such-image:1";
-    EXPECT_THROW(run_blocking(backend.acquire({"s", "t", "a", ""}, SandboxSpec(fields))), InvalidArgument);
+    EXPECT_THROW(run_blocking(backend.acquire({"s", "t", "a", ""}, SandboxSpec(fields))),
+                 InvalidArgument);
     EXPECT_TRUE(backend.list({}).empty());
     EXPECT_THROW(backend.list({"not a selector"}), InvalidArgument);
 }
@@ -113,9 +115,10 @@ TEST(LocalBackendConformance, FilesOutFilesInExecAndFilesDeleteSuitesPass) {
     fields.kind = "conformance";
     fields.requires_capabilities = backend.declarations().capabilities;
     auto sandbox = run_blocking(backend.acquire({"conf", "t", "a", ""}, SandboxSpec(fields)));
-    PosixGuestSubject subject(sandbox, sandbox->base_directory(), backend.declarations().capabilities);
-    for (auto* suite : {&assert_files_out_conformance, &assert_files_in_conformance, &assert_exec_conformance,
-                        &assert_files_delete_conformance}) {
+    PosixGuestSubject subject(sandbox, sandbox->base_directory(),
+                              backend.declarations().capabilities);
+    for (auto* suite : {&assert_files_out_conformance, &assert_files_in_conformance,
+                        &assert_exec_conformance, &assert_files_delete_conformance}) {
         const auto results = run_blocking(suite(subject));
         for (const auto& result : results) {
             EXPECT_NE(result.status, ProbeStatus::failed) << result.name << ": " << result.detail;

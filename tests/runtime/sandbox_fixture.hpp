@@ -17,7 +17,7 @@
 namespace maf_sandbox::runtime::testing {
 
 class StateDir {
-public:
+  public:
     StateDir() {
         std::string pattern = "/tmp/maf-rt-XXXXXX";
         if (::mkdtemp(pattern.data()) == nullptr) {
@@ -33,7 +33,7 @@ public:
     }
     const std::filesystem::path& path() const { return path_; }
 
-private:
+  private:
     std::filesystem::path path_;
 };
 
@@ -59,7 +59,7 @@ inline SandboxLaunch host_launch(const std::filesystem::path& state, const std::
 
 // Kills and removes the sandbox when the test ends, however it ends.
 class ScopedSandbox {
-public:
+  public:
     explicit ScopedSandbox(const SandboxLaunch& launch) : handle_(launch_sandbox(launch)) {}
     ~ScopedSandbox() {
         try {
@@ -71,7 +71,8 @@ public:
     ScopedSandbox& operator=(const ScopedSandbox&) = delete;
     const SandboxHandle& handle() const { return handle_; }
 
-    ExecReply sh(const std::string& command, std::chrono::milliseconds timeout = std::chrono::seconds(30),
+    ExecReply sh(const std::string& command,
+                 std::chrono::milliseconds timeout = std::chrono::seconds(30),
                  std::uint64_t max_output = 1 << 20) const {
         ExecCall call;
         call.command = command;
@@ -80,14 +81,14 @@ public:
         return exec_in_sandbox(handle_, call);
     }
 
-private:
+  private:
     SandboxHandle handle_;
 };
 
 inline std::string unique_id() {
     static int counter = 0;
-    return fmt::format("{:016x}{:08x}{:08x}", static_cast<unsigned long long>(::getpid()), counter++,
-                       static_cast<unsigned>(::time(nullptr)));
+    return fmt::format("{:016x}{:08x}{:08x}", static_cast<unsigned long long>(::getpid()),
+                       counter++, static_cast<unsigned>(::time(nullptr)));
 }
 
 }  // namespace maf_sandbox::runtime::testing

@@ -17,7 +17,7 @@ namespace maf_sandbox::acas {
 inline constexpr std::string_view kBackendName = "acas";
 
 class AcasBackend : public SandboxBackend {
-public:
+  public:
     // Validates the config and logs the one-time preview warning unless silenced. Does no I/O.
     explicit AcasBackend(AcasSandboxConfig config);
     ~AcasBackend() override;
@@ -44,13 +44,14 @@ public:
 
     // The service id of the key's sandbox of `kind` held by this backend, if any (for tests and
     // the CLI's listing).
-    std::optional<std::string> held_sandbox_id(const SandboxKey& key, const std::string& kind) const;
+    std::optional<std::string> held_sandbox_id(const SandboxKey& key,
+                                               const std::string& kind) const;
     // HTTP requests sent by this backend's clients so far (benchmarks, tests).
     std::size_t requests_sent() const;
 
     struct State;
 
-private:
+  private:
     std::shared_ptr<State> state_;
 };
 

@@ -112,7 +112,7 @@ struct AcasClientStats {
 };
 
 class AcasClient {
-public:
+  public:
     // Throws InvalidArgument for a bad endpoint or ids, or a CA file that does not load.
     AcasClient(boost::asio::any_io_executor executor, AcasClientOptions options);
     ~AcasClient();
@@ -175,7 +175,7 @@ public:
     // The group prefix (/subscriptions/.../sandboxGroups/<group>) joined to `path`, as a URL.
     std::string url(std::string_view path, std::string_view query = {}) const;
 
-private:
+  private:
     struct Impl;
     std::shared_ptr<Impl> impl_;
 };

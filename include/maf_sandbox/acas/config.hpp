@@ -50,7 +50,7 @@ struct AcasSandboxConfig {
     std::string subscription_id;
     std::string resource_group;
     std::string sandbox_group;
-    std::string registry;  // login server that qualifies repo:tag images
+    std::string registry;                // login server that qualifies repo:tag images
     std::optional<std::string> ca_file;  // extra trust (the emulator's ca.pem)
     // A fixed bearer token (CLI --token / ACAS_SANDBOX_TOKEN); never logged.
     std::optional<std::string> token;
@@ -59,11 +59,11 @@ struct AcasSandboxConfig {
 
     int auto_suspend_seconds = 60;
     int auto_delete_seconds = 600;
-    Seconds read_timeout{120.0};     // file reads, removals, write-over-exec transfers
-    Seconds create_timeout{300.0};   // create until Running
-    Seconds delete_timeout{300.0};   // delete until gone
-    Seconds resume_timeout{120.0};   // warm reuse
-    Seconds probe_timeout{30.0};     // acquire-time probes
+    Seconds read_timeout{120.0};    // file reads, removals, write-over-exec transfers
+    Seconds create_timeout{300.0};  // create until Running
+    Seconds delete_timeout{300.0};  // delete until gone
+    Seconds resume_timeout{120.0};  // warm reuse
+    Seconds probe_timeout{30.0};    // acquire-time probes
     Seconds poll_interval{3.0};
     std::uint64_t exec_output_limit_bytes = kMiB;  // per stream
     SandboxLimits limits{kAcasTransferLimits, kAcasTransferLimits};

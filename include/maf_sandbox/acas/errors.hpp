@@ -12,7 +12,7 @@ namespace maf_sandbox::acas {
 // Warm reuse asked for an egress policy other than the one the held sandbox was created with.
 // The original stays; dispose the kind (and require success) before changing policy.
 class AcasEgressPolicyConflict : public EgressPolicyConflict {
-public:
+  public:
     using EgressPolicyConflict::EgressPolicyConflict;
     std::string_view type_name() const noexcept override { return "AcasEgressPolicyConflict"; }
 };
@@ -21,21 +21,21 @@ public:
 // entry cannot be classified and is never assumed regular. Neither a confinement nor a file
 // error: it is a wire-shape failure.
 class AcasEntryPayloadIncomplete : public Error {
-public:
+  public:
     using Error::Error;
     std::string_view type_name() const noexcept override { return "AcasEntryPayloadIncomplete"; }
 };
 
 // close() could not release every client within client_close_seconds.
 class AcasClientCloseError : public CloseError {
-public:
+  public:
     using CloseError::CloseError;
     std::string_view type_name() const noexcept override { return "AcasClientCloseError"; }
 };
 
 // The backend was closed: it refuses every new operation. Create a new backend to resume.
 class AcasBackendClosed : public Error {
-public:
+  public:
     using Error::Error;
     std::string_view type_name() const noexcept override { return "AcasBackendClosed"; }
 };
@@ -43,14 +43,14 @@ public:
 // The credential resolver failed or returned an unusable binding. There is no fallback to the
 // default identity.
 class AcasCredentialError : public Error {
-public:
+  public:
     using Error::Error;
     std::string_view type_name() const noexcept override { return "AcasCredentialError"; }
 };
 
 // The service answered with an error status (after the retries the request allows).
 class AcasServiceError : public Error {
-public:
+  public:
     AcasServiceError(const std::string& message, int status, std::string code = {})
         : Error(message), status_(status), code_(std::move(code)) {}
     std::string_view type_name() const noexcept override { return "AcasServiceError"; }
@@ -58,21 +58,21 @@ public:
     // The problem+json title ("SandboxNotFound"), empty when the body had none.
     const std::string& code() const noexcept { return code_; }
 
-private:
+  private:
     int status_;
     std::string code_;
 };
 
 // 401, or a 403 that outlasted the RBAC propagation window.
 class AcasAuthorizationError : public AcasServiceError {
-public:
+  public:
     using AcasServiceError::AcasServiceError;
     std::string_view type_name() const noexcept override { return "AcasAuthorizationError"; }
 };
 
 // The service could not be reached (connect, TLS, reset) on every allowed attempt.
 class AcasServiceUnreachable : public Error {
-public:
+  public:
     using Error::Error;
     std::string_view type_name() const noexcept override { return "AcasServiceUnreachable"; }
 };
@@ -80,7 +80,7 @@ public:
 // The deadline expired while waiting out a 429 Retry-After: nothing was in flight, the sandbox
 // is whole.
 class AcasThrottled : public Timeout {
-public:
+  public:
     using Timeout::Timeout;
     std::string_view type_name() const noexcept override { return "AcasThrottled"; }
 };
@@ -89,7 +89,7 @@ public:
 // than a 429 with Retry-After: whether it ran is unknown, so it is never re-sent and the sandbox
 // must be invalidated.
 class AcasRequestOutcomeUnknown : public Error {
-public:
+  public:
     using Error::Error;
     std::string_view type_name() const noexcept override { return "AcasRequestOutcomeUnknown"; }
 };
@@ -97,7 +97,7 @@ public:
 // An answer carried the acas-emulator's identifying header while emulator mode is off (or was
 // missing it while on): refusing to declare a rung the machine does not have.
 class AcasEmulatorMismatch : public InvalidArgument {
-public:
+  public:
     using InvalidArgument::InvalidArgument;
     std::string_view type_name() const noexcept override { return "AcasEmulatorMismatch"; }
 };

@@ -34,7 +34,7 @@ struct AccessToken {
 // This source is not configured in this environment (no variables, no `az`, no IMDS answer): a
 // chain moves on to the next source.
 class CredentialUnavailable : public Error {
-public:
+  public:
     using Error::Error;
     std::string_view type_name() const noexcept override { return "CredentialUnavailable"; }
 };
@@ -42,13 +42,13 @@ public:
 // The source is configured and the token service refused or failed: a chain stops here, because
 // falling through to another identity would act as someone the host did not choose.
 class AuthenticationFailed : public Error {
-public:
+  public:
     using Error::Error;
     std::string_view type_name() const noexcept override { return "AuthenticationFailed"; }
 };
 
 class TokenCredential {
-public:
+  public:
     virtual ~TokenCredential() = default;
     // A short name for logs ("EnvironmentCredential").
     virtual std::string_view name() const = 0;

@@ -50,11 +50,9 @@ struct CredentialOptions {
 std::shared_ptr<TokenCredential> make_static_token_credential(std::string token);
 
 // Client secret: POST {authority}/{tenant}/oauth2/v2.0/token with grant client_credentials.
-std::shared_ptr<TokenCredential> make_client_secret_credential(boost::asio::any_io_executor executor,
-                                                               std::string tenant_id,
-                                                               std::string client_id,
-                                                               std::string client_secret,
-                                                               CredentialOptions options = {});
+std::shared_ptr<TokenCredential> make_client_secret_credential(
+    boost::asio::any_io_executor executor, std::string tenant_id, std::string client_id,
+    std::string client_secret, CredentialOptions options = {});
 
 // Client certificate: a JWT assertion (RS256, x5t header) signed with the key in a PEM file that
 // also holds the certificate. Throws InvalidArgument when the file does not hold both.
@@ -96,7 +94,7 @@ std::shared_ptr<TokenCredential> make_chained_credential(
 std::shared_ptr<TokenCredential> make_caching_credential(std::shared_ptr<TokenCredential> inner);
 
 // Environment, workload identity, managed identity, Azure CLI, behind one cache.
-std::shared_ptr<TokenCredential> make_default_azure_credential(boost::asio::any_io_executor executor,
-                                                               CredentialOptions options = {});
+std::shared_ptr<TokenCredential> make_default_azure_credential(
+    boost::asio::any_io_executor executor, CredentialOptions options = {});
 
 }  // namespace maf_sandbox::azure

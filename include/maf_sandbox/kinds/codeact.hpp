@@ -44,7 +44,7 @@ struct CodeActArguments {
 SandboxSpec codeact_spec(const CodeActConfig& config);
 
 class CodeActTool {
-public:
+  public:
     // Builds the spec and checks it at attach time: throws SandboxOutputSinkRequired when outputs
     // are declared without a sink, InvalidArgument for a bad setting, and whatever
     // router->ensure_can_serve throws (a policy refusal) when the router cannot serve the spec.
@@ -67,7 +67,7 @@ public:
     Task<ToolResult> execute_code(CallerContext caller, CodeActArguments arguments,
                                   ProgressReporter progress = {});
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

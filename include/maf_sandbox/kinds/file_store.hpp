@@ -13,7 +13,7 @@
 namespace maf_sandbox::kinds {
 
 class FileStore {
-public:
+  public:
     // An empty store: list() is empty and every name is refused.
     FileStore() = default;
     // A store over `root`. Throws InvalidArgument when `root` is not an existing directory.
@@ -37,7 +37,7 @@ public:
 
     bool empty() const { return !root_.has_value(); }
 
-private:
+  private:
     std::optional<std::filesystem::path> root_;
 };
 

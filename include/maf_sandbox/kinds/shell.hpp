@@ -27,7 +27,7 @@ struct ShellConfig {
 SandboxSpec shell_spec(const ShellConfig& config);
 
 class ShellTool {
-public:
+  public:
     // Throws InvalidArgument for a bad setting, and whatever router->ensure_can_serve throws when
     // the router cannot serve the spec.
     ShellTool(std::shared_ptr<SandboxRouter> router, ShellConfig config,
@@ -46,7 +46,7 @@ public:
     Task<ToolResult> run_shell(CallerContext caller, std::string command,
                                ProgressReporter progress = {});
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

@@ -39,10 +39,10 @@ struct ProgramOutput {
 // Why a call did not complete normally.
 enum class CallFailure {
     none,
-    refused,         // the model's input was refused (unbound call, name not in store, caps)
-    output_over_cap, // the program wrote more than the output cap: refused, head shown
-    timed_out,       // the program overran the configured timeout
-    infrastructure,  // the sandbox or the host failed; details are in the log
+    refused,          // the model's input was refused (unbound call, name not in store, caps)
+    output_over_cap,  // the program wrote more than the output cap: refused, head shown
+    timed_out,        // the program overran the configured timeout
+    infrastructure,   // the sandbox or the host failed; details are in the log
 };
 
 struct ToolResult {

@@ -50,7 +50,7 @@ struct LocalSandboxInfo {
 };
 
 class LocalBackend final : public SandboxBackend {
-public:
+  public:
     explicit LocalBackend(LocalBackendConfig config = {});
     ~LocalBackend() override;
 
@@ -63,7 +63,8 @@ public:
     // closed, InvalidArgument for an unknown image, SandboxCapabilityNotSupported when a limit
     // cannot be enforced on this host; nothing is left behind on failure.
     Task<std::shared_ptr<Sandbox>> acquire(SandboxKey key, SandboxSpec spec) override;
-    Task<std::optional<DisposalFailure>> dispose(SandboxKey key, std::optional<std::string> kind) override;
+    Task<std::optional<DisposalFailure>> dispose(SandboxKey key,
+                                                 std::optional<std::string> kind) override;
     Task<ScopePurge> dispose_scope(std::string scope, std::string thread_id) override;
     Task<void> close() override;
 
@@ -76,7 +77,7 @@ public:
 
     const std::filesystem::path& state_dir() const noexcept;
 
-private:
+  private:
     struct Impl;
     std::shared_ptr<Impl> impl_;
 };

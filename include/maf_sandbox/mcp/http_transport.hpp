@@ -23,7 +23,7 @@ struct McpHttpOptions {
 };
 
 class McpHttpServer {
-public:
+  public:
     McpHttpServer(boost::asio::any_io_executor executor, McpServer& server,
                   McpHttpOptions options = {});
     ~McpHttpServer();
@@ -39,7 +39,7 @@ public:
 
     std::size_t session_count() const;
 
-private:
+  private:
     struct Impl;
     std::shared_ptr<Impl> impl_;
 };

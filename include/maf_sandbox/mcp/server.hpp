@@ -1,6 +1,6 @@
 // The Model Context Protocol server (https://modelcontextprotocol.io, revision 2025-06-18; clients
-// speaking 2025-03-26 or 2024-11-05 are answered in their version). JSON-RPC 2.0 over any transport:
-// a transport opens one McpSession per MCP session and feeds it message texts.
+// speaking 2025-03-26 or 2024-11-05 are answered in their version). JSON-RPC 2.0 over any
+// transport: a transport opens one McpSession per MCP session and feeds it message texts.
 //
 // The tools are the kinds: `execute_code` (codeact) and `run_shell` (shell). A sandbox key's scope
 // and agent come from the server configuration and its thread is the MCP session id: no tool
@@ -51,7 +51,7 @@ class McpServer;
 
 // One MCP session. Single-threaded: use it from the executor it was opened on.
 class McpSession {
-public:
+  public:
     ~McpSession();
     McpSession(const McpSession&) = delete;
     McpSession& operator=(const McpSession&) = delete;
@@ -76,7 +76,7 @@ public:
     // Where notifications (progress) go; unset drops them.
     void set_message_sink(MessageSink sink);
 
-private:
+  private:
     friend class McpServer;
     struct Impl;
     explicit McpSession(std::shared_ptr<Impl> impl);
@@ -84,7 +84,7 @@ private:
 };
 
 class McpServer {
-public:
+  public:
     // Either tool may be null (it is then not offered). `log` receives the details the model never
     // sees, and one line per session end naming how many sandboxes were disposed.
     McpServer(McpServerConfig config, std::shared_ptr<SandboxRouter> router,
@@ -103,7 +103,7 @@ public:
     // The tools/list result (a JSON object text) as a client of `protocol_version` sees it.
     std::string tools_list(std::string_view protocol_version = kLatestProtocolVersion) const;
 
-private:
+  private:
     friend class McpSession;
     struct Impl;
     std::shared_ptr<Impl> impl_;

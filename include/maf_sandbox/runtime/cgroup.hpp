@@ -40,7 +40,7 @@ struct CgroupLimits {
 // The cgroups of one sandbox, on the host side. Not RAII by itself: a sandbox outlives the
 // process that created it, so destroy() is explicit (SandboxProcess and gc call it).
 class SandboxCgroup {
-public:
+  public:
     virtual ~SandboxCgroup() = default;
 
     // Creates `name` beneath this process's cgroup in every needed hierarchy, writes the limits
@@ -76,7 +76,7 @@ public:
 // Inside the supervisor: the delegated directories opened as fds before the sandbox's root is
 // entered, and the per-exec child cgroups made in them.
 class ExecCgroupParent {
-public:
+  public:
     ExecCgroupParent() = default;
     ExecCgroupParent(CgroupLayout layout, std::vector<UniqueFd> dirs)
         : layout_(layout), dirs_(std::move(dirs)) {}
@@ -89,7 +89,7 @@ public:
 
     // One exec's child cgroup in every delegated hierarchy.
     class Child {
-    public:
+      public:
         Child() = default;
         Child(CgroupLayout layout, std::vector<UniqueFd> dirs, std::vector<UniqueFd> procs,
               std::string name, std::vector<int> parent_dirs)
@@ -110,7 +110,7 @@ public:
         bool remove() const;
         const std::string& name() const noexcept { return name_; }
 
-    private:
+      private:
         CgroupLayout layout_ = CgroupLayout::v1;
         std::vector<UniqueFd> dirs_;
         std::vector<UniqueFd> procs_;
@@ -126,7 +126,7 @@ public:
     const std::vector<UniqueFd>& dirs() const noexcept { return dirs_; }
     CgroupLayout layout() const noexcept { return layout_; }
 
-private:
+  private:
     CgroupLayout layout_ = CgroupLayout::v1;
     std::vector<UniqueFd> dirs_;
 };

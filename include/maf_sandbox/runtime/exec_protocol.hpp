@@ -25,10 +25,10 @@ struct ExecCall {
     // argv (executed directly, never through a shell; PATH from `env` is searched) or a shell
     // command line (run with /bin/sh -c).
     std::variant<std::vector<std::string>, std::string> command;
-    std::string cwd;                                         // absolute guest path; "" = default
-    std::vector<std::pair<std::string, std::string>> env;    // added to the image's environment
+    std::string cwd;                                       // absolute guest path; "" = default
+    std::vector<std::pair<std::string, std::string>> env;  // added to the image's environment
     std::string stdin_bytes;
-    std::uint64_t max_output_bytes = 1024 * 1024;            // per stream
+    std::uint64_t max_output_bytes = 1024 * 1024;  // per stream
     std::chrono::milliseconds timeout{60000};
 };
 

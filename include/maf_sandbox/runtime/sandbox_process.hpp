@@ -25,9 +25,9 @@ namespace maf_sandbox::runtime {
 struct SandboxLaunch {
     std::string id;                     // names the cgroups (maf-sbx-<id>)
     std::filesystem::path sandbox_dir;  // exists; the runtime keeps its files here
-    RootPlan mounts;                   // the uid/gid fields are filled in from `ids` and the guest
+    RootPlan mounts;                    // the uid/gid fields are filled in from `ids` and the guest
     IdMapping ids = kDefaultIdMapping;
-    uid_t guest_uid = 1000;             // inside the user namespace (0 = root inside)
+    uid_t guest_uid = 1000;  // inside the user namespace (0 = root inside)
     gid_t guest_gid = 1000;
     std::vector<std::pair<std::string, std::string>> env;  // the guest's whole base environment
     std::string default_cwd = "/";
@@ -40,8 +40,8 @@ struct SandboxLaunch {
 
 // Everything needed to reach a sandbox again, from any process.
 struct SandboxHandle {
-    pid_t pid = 0;                   // the supervisor (the sandbox's PID 1), host view
-    std::uint64_t start_time = 0;    // of that pid, so a reused pid is never mistaken for it
+    pid_t pid = 0;                 // the supervisor (the sandbox's PID 1), host view
+    std::uint64_t start_time = 0;  // of that pid, so a reused pid is never mistaken for it
     std::filesystem::path sandbox_dir;
     std::filesystem::path socket;
     CgroupLayout cgroup_layout = CgroupLayout::v1;

@@ -1,0 +1,137 @@
+// AcasBackend against a real acas-emulator process (started here on 127.0.0.1, port 0, with a
+// self-signed certificate). Skipped while the emulator binary is not built.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "loopback.hpp"
+#include "maf_sandbox/acas/backend.hpp"
+#include "maf_sandbox/core/conformance.hpp"
+
+extern char** environ;
+
+namespace maf_sandbox::acas {
+namespace {
+
+using maf_sandbox::testing::drive;
+using maf_sandbox::testing::TempDir;
+
+#ifdef MAF_ACAS_EMULATOR_BINARY
+constexpr const char* kEmulator = MAF_ACAS_EMULATOR_BINARY;
+#else
+constexpr const char* kEmulator = "";
+#endif
+
+// The emulator process; killed and reaped on destruction.
+class Emulator {
+public:
+    Emulator() {
+        int out[2];
+        if (::pipe(out) != 0) throw std::runtime_error("pipe");
+        posix_spawn_file_actions_t actions;
+        posix_spawn_file_actions_init(&actions);
+        posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+        posix_spawn_file_actions_addclose(&actions, out[0]);
+        const std::string state = (dir_.path() / "state").string();
+        std::vector<std::string> args{kEmulator, "serve", "--listen", "127.0.0.1:0", "--state-dir", state,
+                                      "--self-signed", "--token", "emulator-token"};
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::posix_spawn(&pid_, kEmulator, &actions, nullptr, argv.data(), environ);
+        posix_spawn_file_actions_destroy(&actions);
+        ::close(out[1]);
+        std::string line;
+        char c;
+        while (::read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+        ::close(out[0]);
+        const std::string prefix = "listening on ";
+        if (line.rfind(prefix, 0) != 0) throw std::runtime_error("emulator did not start: " + line);
+        endpoint_ = line.substr(prefix.size());
+        ca_file_ = state + "/ca.pem";
+    }
+    ~Emulator() {
+        if (pid_ > 0) {
+            ::kill(pid_, SIGTERM);
+            int status = 0;
+            ::waitpid(pid_, &status, 0);
+        }
+    }
+    AcasSandboxConfig config() const {
+        AcasSandboxConfig c;
+        c.endpoint = endpoint_;
+        c.subscription_id = "sub";
+        c.resource_group = "rg";
+        c.sandbox_group = "grp";
+        c.ca_file = ca_file_;
+        c.token = "emulator-token";
+        c.emulator = true;
+        c.poll_interval = Seconds{0.1};
+        c.silence_preview_warning = true;
+        return c;
+    }
+
+private:
+    TempDir dir_;
+    pid_t pid_ = -1;
+    std::string endpoint_;
+    std::string ca_file_;
+};
+
+class AgainstTheEmulator : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (std::string(kEmulator).empty() || !std::filesystem::exists(kEmulator)) {
+            GTEST_SKIP() << "acas-emulator is not built";
+        }
+        emulator_ = std::make_unique<Emulator>();
+    }
+    SandboxSpec spec() const {
+        SandboxSpecFields f;
+        f.kind = "shell";
+        f.image = "host";
+        f.requires_capabilities = {Capability::exec, Capability::files_in, Capability::files_out,
+                                   Capability::files_list};
+        return SandboxSpec(f);
+    }
+    std::unique_ptr<Emulator> emulator_;
+    boost::asio::io_context io_;
+};
+
+TEST_F(AgainstTheEmulator, DeclaresTheRungTheEmulatorNamesNeverMicrovm) {
+    AcasBackend backend(emulator_->config());
+    drive(io_, backend.discover());
+    EXPECT_NE(backend.isolation(), Isolation::microvm);
+    EXPECT_NE(backend.isolation(), Isolation::none);
+}
+
+TEST_F(AgainstTheEmulator, PassesEveryDeclaredConformanceSuite) {
+    AcasBackend backend(emulator_->config());
+    drive(io_, backend.discover());
+    const SandboxKey key{"scope-e", "thread-e", "agent-e", ""};
+    auto sandbox = drive(io_, backend.acquire(key, spec()));
+    auto declared = backend.declarations();
+    PosixGuestSubject subject(sandbox, sandbox->base_directory() + "/conformance", declared.capabilities);
+    declared.capabilities.erase(Capability::files_delete);
+    for (const auto& r : drive(io_, run_declared_suites(subject, declared))) {
+        EXPECT_NE(r.status, ProbeStatus::failed) << r.suite << " " << r.name << ": " << r.detail;
+    }
+    drive(io_, backend.dispose(key, std::nullopt));
+}
+
+TEST_F(AgainstTheEmulator, TwoBackendsPurgeEachOthersSandboxesByLabel) {
+    AcasBackend first(emulator_->config());
+    AcasBackend second(emulator_->config());
+    drive(io_, first.acquire(SandboxKey{"scope-p", "thread-p", "agent-1", ""}, spec()));
+    drive(io_, second.acquire(SandboxKey{"scope-p", "thread-p", "agent-2", ""}, spec()));
+    const auto purge = drive(io_, second.dispose_scope("scope-p", "thread-p"));
+    EXPECT_EQ(purge.disposed, 2);
+    EXPECT_FALSE(purge.undisposed);
+}
+
+}  // namespace
+}  // namespace maf_sandbox::acas

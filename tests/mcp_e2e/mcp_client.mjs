@@ -1,0 +1,179 @@
+// End-to-end check of `maf-sandbox mcp` with the official MCP TypeScript SDK, a client this project
+// did not write. Usage: node mcp_client.mjs stdio|http <maf-sandbox binary> [server flags...]
+//
+// Connects, lists the tools, runs code and a shell command, checks program output and errors,
+// disconnects, and then checks that the server disposed the session's sandboxes: the server logs
+// one line per ended session ("session <id> ended: disposed N sandbox(es)") on stderr.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import assert from 'node:assert/strict';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+const [mode, binary, ...serverFlags] = process.argv.slice(2);
+if (!['stdio', 'http'].includes(mode) || !binary) {
+    console.error('usage: node mcp_client.mjs stdio|http <maf-sandbox> [server flags...]');
+    process.exit(2);
+}
+// The in-process backend scripts exec instead of running anything: output checks are relaxed.
+const runsCode = !serverFlags.includes('in-process');
+
+const store = mkdtempSync(join(tmpdir(), 'maf-mcp-e2e-store-'));
+writeFileSync(join(store, 'numbers.csv'), '1\n2\n39\n');
+const flags = ['mcp', '--files', store, ...serverFlags];
+
+function textOf(result) {
+    return result.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n');
+}
+
+async function exercise(client) {
+    const { tools } = await client.listTools();
+    const names = tools.map((t) => t.name).sort();
+    assert.deepEqual(names, ['execute_code', 'run_shell']);
+    for (const tool of tools) {
+        assert.equal(tool.annotations.openWorldHint, false, `${tool.name}: egress is closed`);
+        assert.match(tool.description, /isolation \w+/);
+        assert.match(tool.description, /egress closed/);
+        assert.equal(tool.inputSchema.type, 'object');
+    }
+    const code = tools.find((t) => t.name === 'execute_code');
+    assert.deepEqual(code.inputSchema.required, ['code']);
+
+    const sum = await client.callTool({
+        name: 'execute_code',
+        arguments: {
+            code: "import sys\nprint(sum(int(l) for l in open('numbers.csv')))\nprint('note', file=sys.stderr)\n",
+            input_files: ['numbers.csv'],
+        },
+    });
+    assert.equal(sum.isError, false, textOf(sum));
+    assert.ok(sum.structuredContent.backend);
+    assert.equal(sum.structuredContent.egress, 'closed');
+    if (runsCode) {
+        assert.equal(sum.structuredContent.stdout, '42\n');
+        assert.equal(sum.structuredContent.stderr, 'note\n');
+        assert.equal(sum.structuredContent.exit_code, 0);
+    }
+
+    const failing = await client.callTool({
+        name: 'execute_code',
+        arguments: { code: "raise SystemExit('bad input')" },
+    });
+    // A program's own failure is a normal result: its exit code and stderr go back to the model.
+    assert.equal(failing.isError, false);
+    if (runsCode) {
+        assert.equal(failing.structuredContent.exit_code, 1);
+        assert.match(failing.structuredContent.stderr, /bad input/);
+    }
+
+    const absent = await client.callTool({
+        name: 'execute_code',
+        arguments: { code: 'print(1)', input_files: ['../../etc/passwd'] },
+    });
+    assert.equal(absent.isError, true);
+    assert.match(textOf(absent), /is not in the file store/);
+
+    await assert.rejects(
+        client.callTool({ name: 'run_shell', arguments: { command: 'true', thread_id: 'other' } }),
+        (error) => error.code === -32602,
+        'an argument naming key material is refused as invalid params',
+    );
+    await assert.rejects(client.callTool({ name: 'no_such_tool', arguments: {} }),
+        (error) => error.code === -32602);
+
+    const shell = await client.callTool({
+        name: 'run_shell',
+        arguments: { command: 'echo hello; echo oops >&2; exit 3' },
+    });
+    assert.equal(shell.isError, false, textOf(shell));
+    if (runsCode) {
+        assert.equal(shell.structuredContent.stdout, 'hello\n');
+        assert.equal(shell.structuredContent.stderr, 'oops\n');
+        assert.equal(shell.structuredContent.exit_code, 3);
+    }
+    assert.match(textOf(shell), /\[sandbox: backend \S+, isolation \S+, egress closed\]/);
+}
+
+function collect(stream) {
+    const buffer = { text: '' };
+    stream.setEncoding('utf8');
+    stream.on('data', (chunk) => { buffer.text += chunk; });
+    return buffer;
+}
+
+async function waitFor(predicate, what, ms = 5000) {
+    const end = Date.now() + ms;
+    while (!predicate()) {
+        if (Date.now() > end) {
+            throw new Error(`timed out waiting for ${what}`);
+        }
+        await new Promise((r) => setTimeout(r, 50));
+    }
+}
+
+function disposalLine(log, session) {
+    const match = log.match(new RegExp(`session ${session} ended: disposed (\\d+) sandbox`));
+    return match ? Number(match[1]) : null;
+}
+
+async function overStdio() {
+    const transport = new StdioClientTransport({ command: binary, args: flags, stderr: 'pipe' });
+    const log = collect(transport.stderr);
+    const client = new Client({ name: 'maf-sandbox-e2e', version: '1.0.0' });
+    await client.connect(transport);
+    await exercise(client);
+    const started = Date.now();
+    await client.close();  // ends stdin; the server must dispose and exit within 2 seconds
+    await waitFor(() => /ended: disposed/.test(log.text), 'the disposal line', 3000);
+    const session = log.text.match(/session ([0-9a-f]{32}) opened/)[1];
+    const disposed = disposalLine(log.text, session);
+    assert.ok(disposed >= 1, `sandboxes of session ${session} disposed:\n${log.text}`);
+    assert.ok(Date.now() - started < 2500, 'the server exited within 2 seconds of EOF');
+    console.log(`stdio: ok (session ${session}, ${disposed} sandbox(es) disposed)`);
+}
+
+async function overHttp() {
+    const server = spawn(binary, [...flags, '--http', '127.0.0.1:0'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const log = collect(server.stderr);
+    const exited = new Promise((resolve) => server.on('exit', (code, signal) => resolve({ code, signal })));
+    try {
+        await waitFor(() => /http:\/\/127\.0\.0\.1:\d+\/mcp/.test(log.text), 'the listening line');
+        const url = new URL(log.text.match(/http:\/\/127\.0\.0\.1:\d+\/mcp/)[0]);
+        const transport = new StreamableHTTPClientTransport(url);
+        const client = new Client({ name: 'maf-sandbox-e2e', version: '1.0.0' });
+        await client.connect(transport);
+        const session = transport.sessionId;
+        assert.match(session, /^[0-9a-f]{32}$/);
+        await exercise(client);
+        await transport.terminateSession();  // DELETE /mcp
+        await client.close();
+        await waitFor(() => disposalLine(log.text, session) !== null, 'the disposal line');
+        const disposed = disposalLine(log.text, session);
+        assert.ok(disposed >= 1, `sandboxes of session ${session} disposed:\n${log.text}`);
+        // The ended session is gone: reusing its id is refused.
+        const stale = await fetch(url, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': session },
+            body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
+        });
+        assert.equal(stale.status, 404);
+        console.log(`http: ok (session ${session}, ${disposed} sandbox(es) disposed)`);
+    } finally {
+        server.kill('SIGTERM');
+        const { code } = await exited;
+        if (code !== 0) {
+            console.error(log.text);
+        }
+        assert.equal(code, 0, 'the HTTP server exits cleanly on SIGTERM');
+    }
+}
+
+try {
+    await (mode === 'stdio' ? overStdio() : overHttp());
+} catch (error) {
+    console.error(`mcp e2e (${mode}) failed:`, error);
+    process.exit(1);
+}
