@@ -3,13 +3,13 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <fmt/format.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cstdio>
-#include <fmt/format.h>
 #include <iostream>
 
 #include "maf_sandbox/core/errors.hpp"
@@ -60,7 +60,7 @@ std::uint64_t parse_count(const std::string& flag, const std::string& text) {
 }
 
 class Args {
-public:
+  public:
     Args(int argc, char** argv, int start) {
         for (int i = start; i < argc; ++i) {
             items_.emplace_back(argv[i]);
@@ -75,7 +75,7 @@ public:
         return next();
     }
 
-private:
+  private:
     std::vector<std::string> items_;
     std::size_t pos_ = 0;
 };
@@ -119,7 +119,8 @@ int serve(Args args) {
             }
             options.aliases[text.substr(0, eq)] = text.substr(eq + 1);
         } else if (flag == "--page-size") {
-            options.default_page_size = std::max<std::uint64_t>(1, parse_count(flag, args.value(flag)));
+            options.default_page_size =
+                std::max<std::uint64_t>(1, parse_count(flag, args.value(flag)));
         } else if (flag == "--fault-429-rate") {
             options.faults.rate_429 = parse_rate(flag, args.value(flag));
         } else if (flag == "--fault-403-first") {

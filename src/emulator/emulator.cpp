@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fmt/format.h>
 #include <atomic>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -17,7 +18,6 @@
 #include <boost/url/url.hpp>
 #include <boost/url/url_view.hpp>
 #include <charconv>
-#include <fmt/format.h>
 #include <random>
 
 #include "engine.hpp"
@@ -81,7 +81,8 @@ Problem not_found(const std::string& id) {
 }
 
 Problem not_running(const std::string& id) {
-    return Problem{409, "SandboxNotRunning", fmt::format("Sandbox '{}' is not in Running state", id)};
+    return Problem{409, "SandboxNotRunning",
+                   fmt::format("Sandbox '{}' is not in Running state", id)};
 }
 
 json::object parse_object_body(const std::string& body, bool allow_empty) {
@@ -124,9 +125,9 @@ std::map<std::string, std::string> parse_labels(const json::object& body) {
                           "Label keys must not be empty"};
         }
         if (value.as_string().size() > kMaxLabelValue) {
-            throw Problem{400, "One or more validation errors occurred.",
-                          fmt::format("Label value for key '{}' exceeds 63 characters",
-                                      std::string(k))};
+            throw Problem{
+                400, "One or more validation errors occurred.",
+                fmt::format("Label value for key '{}' exceeds 63 characters", std::string(k))};
         }
         out[std::string(k)] = std::string(value.as_string());
     }
@@ -150,7 +151,7 @@ double parse_cpu(const std::string& text) {
 
 std::uint64_t parse_quantity(const std::string& text) {
     static const std::pair<const char*, std::uint64_t> units[] = {
-        {"Ki", 1ull << 10}, {"Mi", 1ull << 20}, {"Gi", 1ull << 30}, {"Ti", 1ull << 40},
+        {"Ki", 1ull << 10}, {"Mi", 1ull << 20}, {"Gi", 1ull << 30},  {"Ti", 1ull << 40},
         {"K", 1000ull},     {"M", 1000000ull},  {"G", 1000000000ull}};
     for (const auto& [suffix, factor] : units) {
         if (text.ends_with(suffix)) {
@@ -187,7 +188,7 @@ struct Query {
 
 struct Metrics {
     std::mutex mutex;
-    std::map<std::string, std::uint64_t> requests;  // label set -> count
+    std::map<std::string, std::uint64_t> requests;                    // label set -> count
     std::map<std::string, std::pair<double, std::uint64_t>> latency;  // route -> (sum s, count)
 };
 
@@ -207,8 +208,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         for (const auto& [name, image] : options.aliases) {
             catalogue[name] = image;
         }
-        identity = fmt::format("{}; isolation={}", kEmulatorVersion,
-                               to_string(engine->isolation()));
+        identity =
+            fmt::format("{}; isolation={}", kEmulatorVersion, to_string(engine->isolation()));
     }
 
     asio::any_io_executor executor;
@@ -293,8 +294,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 });
                 continue;
             }
-            if (doc.state != states::kFailed && !doc.handle.empty() &&
-                !engine->alive(doc.handle)) {
+            if (doc.state != states::kFailed && !doc.handle.empty() && !engine->alive(doc.handle)) {
                 logger->warn("sandbox {} is no longer running; marking it Failed", doc.id);
                 store.mutate(doc.id, [](SandboxDoc& d) {
                     d.state = states::kFailed;
@@ -337,9 +337,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             sum += seconds;
             ++count;
         }
-        logger->info("request id={} {} {} route={} status={} ms={:.1f}", request_id,
-                     request.method, strip_query(request.target), route, response.status,
-                     seconds * 1000);
+        logger->info("request id={} {} {} route={} status={} ms={:.1f}", request_id, request.method,
+                     strip_query(request.target), route, response.status, seconds * 1000);
         if (drop) {
             throw net::AbortConnection(response);
         }
@@ -388,8 +387,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         }
         if (faults.rate_429 > 0 && chance() < faults.rate_429) {
             route = "fault-429";
-            auto r = problem_response(Problem{429, "TooManyRequests",
-                                              "Rate limit exceeded; retry after 1 second."});
+            auto r = problem_response(
+                Problem{429, "TooManyRequests", "Rate limit exceeded; retry after 1 second."});
             r.headers.set("Retry-After", "1");
             co_return r;
         }
@@ -415,9 +414,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                                       "{}, {}.",
                                       api.value_or(""), kApiVersion, kPagingApiVersion)};
         }
-        const std::string group_prefix =
-            "/" + segments[0] + "/" + segments[1] + "/" + segments[2] + "/" + segments[3] + "/" +
-            segments[4] + "/" + segments[5];
+        const std::string group_prefix = "/" + segments[0] + "/" + segments[1] + "/" + segments[2] +
+                                         "/" + segments[3] + "/" + segments[4] + "/" + segments[5];
         std::vector<std::string> rest(segments.begin() + 6, segments.end());
         const auto& m = request.method;
         if (rest.size() == 1 && rest[0] == "sandboxes") {
@@ -496,9 +494,9 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 const auto item = rest.substr(0, comma);
                 const auto eq = item.find('=');
                 if (eq == std::string_view::npos || eq == 0) {
-                    throw Problem{400, "InvalidLabelSelector",
-                                  fmt::format("The label selector item '{}' must be key=value.",
-                                              item)};
+                    throw Problem{
+                        400, "InvalidLabelSelector",
+                        fmt::format("The label selector item '{}' must be key=value.", item)};
                 }
                 selector[std::string(item.substr(0, eq))] = std::string(item.substr(eq + 1));
                 if (comma == std::string_view::npos) {
@@ -545,8 +543,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         if (offset + page_size < matching.size()) {
             boost::urls::url next;
             next.set_scheme(scheme);
-            next.set_encoded_authority(request.headers.get("host").value_or(
-                fmt::format("{}:{}", options.host, port)));
+            next.set_encoded_authority(
+                request.headers.get("host").value_or(fmt::format("{}:{}", options.host, port)));
             next.set_path(group_prefix + "/sandboxes");
             next.params().append({"api-version", api});
             if (auto labels = query.get("labels"); labels && !labels->empty()) {
@@ -886,8 +884,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                                                   {"exitCode", exit_code}});
     }
 
-    Task<HttpResponse> files(const std::string& id, const HttpRequest& request,
-                             const Query& query, const std::string& op) {
+    Task<HttpResponse> files(const std::string& id, const HttpRequest& request, const Query& query,
+                             const std::string& op) {
         const auto& m = request.method;
         const auto doc = require_running(id);
         auto self = shared_from_this();
@@ -907,8 +905,9 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         };
         if (op.empty() && m == "GET") {
             const auto path = path_param();
-            auto job4 = [with_plane, path]() { return with_plane([&](FilePlane& p) {
-                    return p.classify_read(path); }); };
+            auto job4 = [with_plane, path]() {
+                return with_plane([&](FilePlane& p) { return p.classify_read(path); });
+            };
             const auto kind = co_await offload(job4);
             if (kind == ReadKind::fifo) {
                 // The service never answers a FIFO read; neither do we (until shutdown).
@@ -1099,7 +1098,9 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                     }
                     const auto local = fmt::format("acas-img-{}:latest", hex);
                     try {
-                        auto job11 = [self, archive, local]() { self->engine->import_image(*archive, local); };
+                        auto job11 = [self, archive, local]() {
+                            self->engine->import_image(*archive, local);
+                        };
                         co_await self->offload(job11);
                         done.state = "Ready";
                         done.local_image = local;
@@ -1141,12 +1142,12 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
     void sweep() {
         const double now = unix_now();
         for (const auto& doc : store.sandboxes()) {
-            const double suspend = policy_seconds(
-                doc.lifecycle, "autoSuspendPolicy",
-                {"interval", "idleTimeoutInSeconds", "idleTimeoutSeconds"});
-            const double remove = policy_seconds(doc.lifecycle, "autoDeletePolicy",
-                                                 {"deleteIntervalInSeconds",
-                                                  "deleteIntervalSeconds"});
+            const double suspend =
+                policy_seconds(doc.lifecycle, "autoSuspendPolicy",
+                               {"interval", "idleTimeoutInSeconds", "idleTimeoutSeconds"});
+            const double remove =
+                policy_seconds(doc.lifecycle, "autoDeletePolicy",
+                               {"deleteIntervalInSeconds", "deleteIntervalSeconds"});
             if (doc.state == states::kRunning && suspend > 0 &&
                 now - doc.last_activity >= suspend) {
                 store.mutate(doc.id, [&](SandboxDoc& d) {
@@ -1175,7 +1176,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 while (!self->stopping) {
                     self->sweeper->expires_after(std::chrono::milliseconds(500));
                     boost::system::error_code ec;
-                    co_await self->sweeper->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+                    co_await self->sweeper->async_wait(
+                        asio::redirect_error(asio::use_awaitable, ec));
                     if (self->stopping) {
                         break;
                     }

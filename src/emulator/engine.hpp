@@ -21,8 +21,8 @@ struct LaunchRequest {
     std::string id;     // the sandbox id (a GUID)
     std::string image;  // a local image reference ("host", "acas-img-…:latest")
     std::map<std::string, std::string> environment;
-    double cpus = 0;                  // 0: unlimited
-    std::uint64_t memory_bytes = 0;   // 0: unlimited
+    double cpus = 0;                 // 0: unlimited
+    std::uint64_t memory_bytes = 0;  // 0: unlimited
 };
 
 struct EngineExec {
@@ -37,7 +37,7 @@ struct EngineExec {
 // Every method blocks; callers run them on worker threads. Handles are JSON so they persist in
 // the emulator's state and survive a restart of the emulator (sandboxes outlive it).
 class SandboxEngine {
-public:
+  public:
     virtual ~SandboxEngine() = default;
 
     // The rung this engine really provides on this machine.

@@ -7,11 +7,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <boost/json/array.hpp>
 #include <cerrno>
 #include <cstring>
-#include <fmt/format.h>
 #include <vector>
 
 #include "maf_sandbox/runtime/unique_fd.hpp"
@@ -60,8 +60,7 @@ int openat2_in_root(int root, const std::string& path, int flags, mode_t mode = 
 
 void require_absolute(std::string_view path) {
     if (path.empty() || path.front() != '/' || path.find('\0') != std::string_view::npos) {
-        throw PlaneError{400, "InvalidPath",
-                         fmt::format("The path '{}' must be absolute.", path)};
+        throw PlaneError{400, "InvalidPath", fmt::format("The path '{}' must be absolute.", path)};
     }
 }
 
@@ -117,7 +116,7 @@ void remove_tree(int parent, const std::string& name) {
         if (child == "." || child == "..") {
             continue;
         }
-        struct stat st{};
+        struct stat st {};
         if (::fstatat(::dirfd(dir), child.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
             children.emplace_back(child, S_ISDIR(st.st_mode));
         }
@@ -145,7 +144,7 @@ ReadKind FilePlane::classify_read(std::string_view path) const {
     if (!fd) {
         fail_errno(errno, path, "reading");
     }
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd.get(), &st) != 0) {
         fail_errno(errno, path, "reading");
     }
@@ -156,8 +155,7 @@ ReadKind FilePlane::classify_read(std::string_view path) const {
         return ReadKind::fifo;
     }
     if (!S_ISREG(st.st_mode)) {
-        throw PlaneError{400, "NotARegularFile",
-                         fmt::format("'{}' is not a regular file.", path)};
+        throw PlaneError{400, "NotARegularFile", fmt::format("'{}' is not a regular file.", path)};
     }
     return ReadKind::regular;
 }
@@ -169,7 +167,7 @@ std::string FilePlane::read(std::string_view path, std::uint64_t max_bytes) cons
     if (!fd) {
         fail_errno(errno, path, "reading");
     }
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd.get(), &st) != 0) {
         fail_errno(errno, path, "reading");
     }
@@ -177,8 +175,7 @@ std::string FilePlane::read(std::string_view path, std::uint64_t max_bytes) cons
         fail_errno(EISDIR, path, "reading");
     }
     if (!S_ISREG(st.st_mode)) {
-        throw PlaneError{400, "NotARegularFile",
-                         fmt::format("'{}' is not a regular file.", path)};
+        throw PlaneError{400, "NotARegularFile", fmt::format("'{}' is not a regular file.", path)};
     }
     if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
         throw PlaneError{413, "FileTooLarge",
@@ -254,8 +251,8 @@ void FilePlane::write(std::string_view path, std::string_view content, bool crea
     }
     const std::string full(path);
     bool created = true;
-    UniqueFd fd(openat2_in_root(root_, full, O_WRONLY | O_CREAT | O_EXCL | O_NOCTTY,
-                                mode.value_or(0644)));
+    UniqueFd fd(
+        openat2_in_root(root_, full, O_WRONLY | O_CREAT | O_EXCL | O_NOCTTY, mode.value_or(0644)));
     if (!fd && errno == EEXIST) {
         created = false;
         fd = UniqueFd(openat2_in_root(root_, full, O_WRONLY | O_TRUNC | O_NOCTTY | O_NONBLOCK));
@@ -291,7 +288,7 @@ void FilePlane::write(std::string_view path, std::string_view content, bool crea
 json::object FilePlane::stat(std::string_view path) const {
     require_absolute(path);
     const auto [parent, name] = split(path);
-    struct stat st{};
+    struct stat st {};
     std::optional<std::string> target;
     if (name.empty()) {
         if (::fstatat(root_, "", &st, AT_EMPTY_PATH) != 0) {
@@ -338,7 +335,7 @@ json::object FilePlane::list(std::string_view path) const {
     }
     json::array entries;
     for (const auto& name : names) {
-        struct stat st{};
+        struct stat st {};
         if (::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
             continue;  // vanished while listing
         }
@@ -346,8 +343,7 @@ json::object FilePlane::list(std::string_view path) const {
         if (S_ISLNK(st.st_mode)) {
             target = link_target(::dirfd(dir), name);
         }
-        entries.push_back(
-            entry_json(name, (base == "/" ? "" : base) + "/" + name, st, target));
+        entries.push_back(entry_json(name, (base == "/" ? "" : base) + "/" + name, st, target));
     }
     ::closedir(dir);
     return json::object{{"path", dir_path}, {"entries", std::move(entries)}};
@@ -363,7 +359,7 @@ void FilePlane::remove(std::string_view path, bool recursive) const {
     if (!dir) {
         fail_errno(errno == ENOTDIR ? ENOENT : errno, path, "deleting");
     }
-    struct stat st{};
+    struct stat st {};
     if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         fail_errno(errno, path, "deleting");
     }

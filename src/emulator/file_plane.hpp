@@ -32,7 +32,7 @@ struct FileOwner {
 enum class ReadKind { regular, fifo };
 
 class FilePlane {
-public:
+  public:
     // Borrows `root_fd` (an O_PATH directory fd on the guest's root) for the object's lifetime.
     FilePlane(int root_fd, FileOwner owner) : root_(root_fd), owner_(owner) {}
 
@@ -53,7 +53,7 @@ public:
     // Removes a path (a final link is unlinked). A non-empty directory needs `recursive`.
     void remove(std::string_view path, bool recursive) const;
 
-private:
+  private:
     int root_;
     FileOwner owner_;
 };

@@ -1,8 +1,8 @@
 #include "registry_standin.hpp"
 
+#include <fmt/format.h>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
-#include <fmt/format.h>
 #include <fstream>
 #include <functional>
 #include <sstream>

@@ -10,14 +10,14 @@
 namespace maf_sandbox::emulator {
 
 class RegistryStandIn {
-public:
+  public:
     explicit RegistryStandIn(std::filesystem::path state_dir);
     // Copies `archive` in and maps `ref` to it (replacing an earlier mapping).
     void add(const std::filesystem::path& archive, const std::string& ref);
     // The stored archive for `ref`, or nullopt.
     std::optional<std::filesystem::path> find(const std::string& ref) const;
 
-private:
+  private:
     std::filesystem::path dir_;
 };
 

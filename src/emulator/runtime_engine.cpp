@@ -1,6 +1,6 @@
+#include <fmt/format.h>
 #include <algorithm>
 #include <boost/json/value_to.hpp>
-#include <fmt/format.h>
 
 #include "engine.hpp"
 #include "maf_sandbox/core/errors.hpp"
@@ -24,12 +24,11 @@ runtime::SandboxHandle handle_of(const json::object& handle) {
         throw Error("the sandbox has no runtime handle; delete it and create a new one");
     }
     return runtime::SandboxHandle::from_runtime_json(static_cast<pid_t>(to_u64(handle, "pid")),
-                                                     to_u64(handle, "startTime"),
-                                                     rt->as_object());
+                                                     to_u64(handle, "startTime"), rt->as_object());
 }
 
 class RuntimeEngine final : public SandboxEngine {
-public:
+  public:
     explicit RuntimeEngine(std::filesystem::path dir) : dir_(std::move(dir)), images_(dir_) {
         std::filesystem::create_directories(dir_ / "sandboxes");
     }
@@ -77,9 +76,9 @@ public:
         launch.mounts = runtime::root_plan_for(plan, {});
         // The built-in image runs as root inside its user namespace, as the service's prebuilt
         // images do; an imported image keeps its configured USER.
-        const bool builtin = request.image == runtime::kHostImage ||
-                             request.image == fmt::format("{}:{}", runtime::kHostImage,
-                                                          runtime::kDefaultTag);
+        const bool builtin =
+            request.image == runtime::kHostImage ||
+            request.image == fmt::format("{}:{}", runtime::kHostImage, runtime::kDefaultTag);
         launch.guest_uid = builtin ? 0 : plan.uid;
         launch.guest_gid = builtin ? 0 : plan.gid;
         for (const auto& [k, v] : plan.env) {
@@ -121,9 +120,8 @@ public:
         runtime::destroy_sandbox(handle_of(handle));
     }
 
-    EngineExec exec(const json::object& handle, const std::string& command,
-                    const std::string& cwd, std::chrono::milliseconds timeout,
-                    std::uint64_t max_output_bytes) override {
+    EngineExec exec(const json::object& handle, const std::string& command, const std::string& cwd,
+                    std::chrono::milliseconds timeout, std::uint64_t max_output_bytes) override {
         runtime::ExecCall call;
         call.command = command;
         call.cwd = cwd;
@@ -152,7 +150,7 @@ public:
                          static_cast<gid_t>(to_u64(handle, "rootGid"))};
     }
 
-private:
+  private:
     std::filesystem::path dir_;
     runtime::ImageStore images_;
 };

@@ -3,12 +3,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <chrono>
 #include <cmath>
 #include <ctime>
-#include <fmt/format.h>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -100,10 +100,13 @@ SandboxDoc sandbox_from_state(const json::object& o) {
 }
 
 json::object image_to_state(const DiskImageDoc& d) {
-    return json::object{{"id", d.id},           {"name", d.name},
+    return json::object{{"id", d.id},
+                        {"name", d.name},
                         {"labels", labels_json(d.labels)},
-                        {"base", d.base},       {"state", d.state},
-                        {"message", d.message}, {"createdAt", d.created_at},
+                        {"base", d.base},
+                        {"state", d.state},
+                        {"message", d.message},
+                        {"createdAt", d.created_at},
                         {"localImage", d.local_image}};
 }
 
@@ -161,8 +164,8 @@ json::object SandboxDoc::to_wire(const std::string& region) const {
                      {"lifecycle", lifecycle},
                      {"region", region}};
     if (!stopped_reason.empty()) {
-        out["stateDetails"] = json::object{{"stoppedReason", stopped_reason},
-                                           {"stoppedAt", stopped_at}};
+        out["stateDetails"] =
+            json::object{{"stoppedReason", stopped_reason}, {"stoppedAt", stopped_at}};
     }
     if (!environment.empty()) {
         out["environment"] = environment;
@@ -194,9 +197,10 @@ StateStore::StateStore(std::filesystem::path state_dir)
     boost::system::error_code ec;
     auto value = json::parse(buffer.str(), ec);
     if (ec || !value.is_object()) {
-        throw Error(fmt::format("the emulator state {} is not valid JSON; restore it from a backup "
-                                "or remove it to start empty",
-                                file_.string()));
+        throw Error(
+            fmt::format("the emulator state {} is not valid JSON; restore it from a backup "
+                        "or remove it to start empty",
+                        file_.string()));
     }
     for (const auto& item : obj(value.as_object(), "sandboxes")) {
         if (item.value().is_object()) {

@@ -49,7 +49,7 @@ struct DiskImageDoc {
     std::string id;
     std::string name;
     std::map<std::string, std::string> labels;
-    std::string base;  // the registry reference it was imported from
+    std::string base;               // the registry reference it was imported from
     std::string state = "Pending";  // Pending, Ready, Failed
     std::string message;
     std::string created_at;
@@ -59,7 +59,7 @@ struct DiskImageDoc {
 };
 
 class StateStore {
-public:
+  public:
     // Loads <dir>/emulator/state.json when present. Throws Error when it is unreadable.
     explicit StateStore(std::filesystem::path state_dir);
 
@@ -76,7 +76,7 @@ public:
     void put(const DiskImageDoc& doc);
     void erase_disk_image(const std::string& id);
 
-private:
+  private:
     void save_locked() const;
 
     std::filesystem::path file_;

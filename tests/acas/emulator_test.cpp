@@ -20,37 +20,47 @@ namespace {
 using maf_sandbox::testing::drive;
 using maf_sandbox::testing::TempDir;
 
+// The build's emulator, or MAF_ACAS_EMULATOR (a binary built elsewhere).
+std::string emulator_binary() {
+    if (const char* over = std::getenv("MAF_ACAS_EMULATOR"); over && *over)
+        return over;
 #ifdef MAF_ACAS_EMULATOR_BINARY
-constexpr const char* kEmulator = MAF_ACAS_EMULATOR_BINARY;
+    return MAF_ACAS_EMULATOR_BINARY;
 #else
-constexpr const char* kEmulator = "";
+    return {};
 #endif
+}
 
 // The emulator process; killed and reaped on destruction.
 class Emulator {
-public:
+  public:
     Emulator() {
         int out[2];
-        if (::pipe(out) != 0) throw std::runtime_error("pipe");
+        if (::pipe(out) != 0)
+            throw std::runtime_error("pipe");
         posix_spawn_file_actions_t actions;
         posix_spawn_file_actions_init(&actions);
         posix_spawn_file_actions_adddup2(&actions, out[1], 1);
         posix_spawn_file_actions_addclose(&actions, out[0]);
         const std::string state = (dir_.path() / "state").string();
-        std::vector<std::string> args{kEmulator, "serve", "--listen", "127.0.0.1:0", "--state-dir", state,
-                                      "--self-signed", "--token", "emulator-token"};
+        std::vector<std::string> args{emulator_binary(), "serve",       "--listen",
+                                      "127.0.0.1:0",     "--state-dir", state,
+                                      "--self-signed",   "--token",     "emulator-token"};
         std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
+        for (auto& a : args)
+            argv.push_back(a.data());
         argv.push_back(nullptr);
-        ::posix_spawn(&pid_, kEmulator, &actions, nullptr, argv.data(), environ);
+        ::posix_spawn(&pid_, args[0].c_str(), &actions, nullptr, argv.data(), environ);
         posix_spawn_file_actions_destroy(&actions);
         ::close(out[1]);
         std::string line;
         char c;
-        while (::read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+        while (::read(out[0], &c, 1) == 1 && c != '\n')
+            line.push_back(c);
         ::close(out[0]);
         const std::string prefix = "listening on ";
-        if (line.rfind(prefix, 0) != 0) throw std::runtime_error("emulator did not start: " + line);
+        if (line.rfind(prefix, 0) != 0)
+            throw std::runtime_error("emulator did not start: " + line);
         endpoint_ = line.substr(prefix.size());
         ca_file_ = state + "/ca.pem";
     }
@@ -75,7 +85,7 @@ public:
         return c;
     }
 
-private:
+  private:
     TempDir dir_;
     pid_t pid_ = -1;
     std::string endpoint_;
@@ -83,9 +93,9 @@ private:
 };
 
 class AgainstTheEmulator : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
-        if (std::string(kEmulator).empty() || !std::filesystem::exists(kEmulator)) {
+        if (emulator_binary().empty() || !std::filesystem::exists(emulator_binary())) {
             GTEST_SKIP() << "acas-emulator is not built";
         }
         emulator_ = std::make_unique<Emulator>();
@@ -115,7 +125,8 @@ TEST_F(AgainstTheEmulator, PassesEveryDeclaredConformanceSuite) {
     const SandboxKey key{"scope-e", "thread-e", "agent-e", ""};
     auto sandbox = drive(io_, backend.acquire(key, spec()));
     auto declared = backend.declarations();
-    PosixGuestSubject subject(sandbox, sandbox->base_directory() + "/conformance", declared.capabilities);
+    PosixGuestSubject subject(sandbox, sandbox->base_directory() + "/conformance",
+                              declared.capabilities);
     declared.capabilities.erase(Capability::files_delete);
     for (const auto& r : drive(io_, run_declared_suites(subject, declared))) {
         EXPECT_NE(r.status, ProbeStatus::failed) << r.suite << " " << r.name << ": " << r.detail;

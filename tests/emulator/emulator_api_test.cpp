@@ -6,7 +6,7 @@ namespace {
 using namespace std::chrono_literals;
 
 class EmulatorApi : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() {
         dir_ = new TempDir();
         process_ = new EmulatorProcess(dir_->path(), {"--fault-create-delay-ms", "300"});
@@ -75,7 +75,9 @@ TEST_F(EmulatorApi, ExecRunsShellAsRootWithExitCodesUtf8ReplacementAndTheOneMebi
     EXPECT_EQ(r.at("exitCode").as_int64(), 7);
 
     r = sdk->exec(id, R"(printf 'a\377b')");
-    EXPECT_EQ(r.at("stdout").as_string(), "a\xEF\xBF\xBD" "b");
+    EXPECT_EQ(r.at("stdout").as_string(),
+              "a\xEF\xBF\xBD"
+              "b");
 
     r = sdk->exec(id, "pwd", "/tmp");
     EXPECT_EQ(r.at("stdout").as_string(), "/tmp\n");
@@ -105,20 +107,18 @@ TEST_F(EmulatorApi, FilePlaneSharesOneFilesystemWithExecAndReportsLivePayloadFie
     auto r = sdk->call("PUT", "/sandboxes/" + id + "/files", bytes,
                        "path=/tmp/deep/dir/real.txt&createDirs=true", "application/octet-stream");
     ASSERT_EQ(r.status, 200) << r.body;
-    EXPECT_EQ(sdk->exec(id, "od -An -c /tmp/deep/dir/real.txt | tr -s ' '").at("exitCode").as_int64(),
-              0);
-    EXPECT_EQ(sdk->exec(id, "stat -c '%U %a' /tmp/deep /tmp/deep/dir/real.txt")
-                  .at("stdout")
-                  .as_string(),
-              "root 755\nroot 644\n");
+    EXPECT_EQ(
+        sdk->exec(id, "od -An -c /tmp/deep/dir/real.txt | tr -s ' '").at("exitCode").as_int64(), 0);
+    EXPECT_EQ(
+        sdk->exec(id, "stat -c '%U %a' /tmp/deep /tmp/deep/dir/real.txt").at("stdout").as_string(),
+        "root 755\nroot 644\n");
 
     r = sdk->call("GET", "/sandboxes/" + id + "/files", {}, "path=/tmp/deep/dir/real.txt");
     EXPECT_EQ(r.status, 200);
     EXPECT_EQ(r.body, bytes);
 
-    auto stat = SdkClient::body(
-                    sdk->call("GET", "/sandboxes/" + id + "/files/stat", {},
-                              "path=/tmp/deep/dir/real.txt"))
+    auto stat = SdkClient::body(sdk->call("GET", "/sandboxes/" + id + "/files/stat", {},
+                                          "path=/tmp/deep/dir/real.txt"))
                     .as_object();
     EXPECT_EQ(stat.at("name").as_string(), "real.txt");
     EXPECT_EQ(stat.at("path").as_string(), "/tmp/deep/dir/real.txt");
@@ -133,8 +133,8 @@ TEST_F(EmulatorApi, FilePlaneSharesOneFilesystemWithExecAndReportsLivePayloadFie
     sdk->exec(id,
               "mkdir -p /w/sub && printf hi > /w/real.txt && ln -s /etc/hostname /w/link-out && "
               "ln -s /w /tmp/wlink && mkfifo /w/pipe");
-    stat = SdkClient::body(sdk->call("GET", "/sandboxes/" + id + "/files/stat", {},
-                                     "path=/w/link-out"))
+    stat = SdkClient::body(
+               sdk->call("GET", "/sandboxes/" + id + "/files/stat", {}, "path=/w/link-out"))
                .as_object();
     EXPECT_TRUE(stat.at("isSymlink").as_bool());
     EXPECT_EQ(stat.at("symlinkTarget").as_string(), "/etc/hostname");
@@ -144,22 +144,21 @@ TEST_F(EmulatorApi, FilePlaneSharesOneFilesystemWithExecAndReportsLivePayloadFie
     r = sdk->call("GET", "/sandboxes/" + id + "/files", {}, "path=/w/link-out");
     EXPECT_EQ(r.body, sdk->exec(id, "cat /etc/hostname").at("stdout").as_string());
     // Stat follows a link among the parents and echoes the requested path.
-    stat = SdkClient::body(sdk->call("GET", "/sandboxes/" + id + "/files/stat", {},
-                                     "path=/tmp/wlink/real.txt"))
+    stat = SdkClient::body(
+               sdk->call("GET", "/sandboxes/" + id + "/files/stat", {}, "path=/tmp/wlink/real.txt"))
                .as_object();
     EXPECT_FALSE(stat.at("isSymlink").as_bool());
     EXPECT_EQ(stat.at("path").as_string(), "/tmp/wlink/real.txt");
     // A FIFO stats as an empty regular file.
-    stat = SdkClient::body(
-               sdk->call("GET", "/sandboxes/" + id + "/files/stat", {}, "path=/w/pipe"))
+    stat = SdkClient::body(sdk->call("GET", "/sandboxes/" + id + "/files/stat", {}, "path=/w/pipe"))
                .as_object();
     EXPECT_EQ(stat.at("size").as_int64(), 0);
     EXPECT_FALSE(stat.at("isDir").as_bool());
     EXPECT_FALSE(stat.at("isSymlink").as_bool());
     // A listing follows a symlinked directory; entries' path joins the requested directory.
-    const auto listing = SdkClient::body(sdk->call("GET", "/sandboxes/" + id + "/files/list", {},
-                                                   "path=/tmp/wlink"))
-                             .as_object();
+    const auto listing =
+        SdkClient::body(sdk->call("GET", "/sandboxes/" + id + "/files/list", {}, "path=/tmp/wlink"))
+            .as_object();
     EXPECT_EQ(listing.at("path").as_string(), "/tmp/wlink");
     const auto& entries = listing.at("entries").as_array();
     ASSERT_EQ(entries.size(), 4u);
@@ -168,8 +167,8 @@ TEST_F(EmulatorApi, FilePlaneSharesOneFilesystemWithExecAndReportsLivePayloadFie
     EXPECT_EQ(entries[3].at("mode").as_int64(), 493);
     // Reading a FIFO never answers.
     HttpRequest fifo;
-    fifo.target = process_->base_url() + kGroup + "/sandboxes/" + id + "/files?" + kApi +
-                  "&path=/w/pipe";
+    fifo.target =
+        process_->base_url() + kGroup + "/sandboxes/" + id + "/files?" + kApi + "&path=/w/pipe";
     fifo.headers.set("Authorization", "Bearer t");
     EXPECT_THROW(run_blocking(io, sdk->client().send(fifo, net::RequestOptions{Seconds(1), {}})),
                  net::DeadlineExceeded);
@@ -179,8 +178,9 @@ TEST_F(EmulatorApi, FilePlaneSharesOneFilesystemWithExecAndReportsLivePayloadFie
     stat = SdkClient::body(sdk->call("GET", "/sandboxes/" + id + "/files/stat", {}, "path=/m/a/b"))
                .as_object();
     EXPECT_TRUE(stat.at("isDir").as_bool());
-    EXPECT_EQ(sdk->call("DELETE", "/sandboxes/" + id + "/files", {}, "path=/m&recursive=true").status,
-              204);
+    EXPECT_EQ(
+        sdk->call("DELETE", "/sandboxes/" + id + "/files", {}, "path=/m&recursive=true").status,
+        204);
     r = sdk->call("GET", "/sandboxes/" + id + "/files/stat", {}, "path=/m");
     EXPECT_EQ(r.status, 404);
     EXPECT_EQ(r.headers.get("content-type"), "application/problem+json");
@@ -204,13 +204,14 @@ TEST_F(EmulatorApi, ErrorsAreProblemDetails) {
     p = SdkClient::body(r).as_object();
     EXPECT_EQ(p.at("title").as_string(), "SandboxNotFound");
     EXPECT_EQ(p.at("detail").as_string(), "Requested document not found.");
-    EXPECT_EQ(sdk->call("POST", "/sandboxes/nope/executeShellCommand", R"({"command":"true"})")
-                  .status,
-              404);
+    EXPECT_EQ(
+        sdk->call("POST", "/sandboxes/nope/executeShellCommand", R"({"command":"true"})").status,
+        404);
 
-    r = sdk->call("PUT", "/sandboxes",
-                  R"({"sourcesRef":{"diskImage":{"name":"host","isPublic":true}},"labels":{"scope":")" +
-                      std::string(64, 'x') + R"("}})");
+    r = sdk->call(
+        "PUT", "/sandboxes",
+        R"({"sourcesRef":{"diskImage":{"name":"host","isPublic":true}},"labels":{"scope":")" +
+            std::string(64, 'x') + R"("}})");
     EXPECT_EQ(r.status, 400);
     EXPECT_EQ(SdkClient::body(r).at("detail").as_string(),
               "Label value for key 'scope' exceeds 63 characters");
@@ -297,8 +298,9 @@ TEST_F(EmulatorApi, CatalogueHealthAndMetrics) {
 }
 
 TEST_F(EmulatorApi, DiskImageImportOfAnUnknownReferenceFailsLikeAFailedPull) {
-    auto r = sdk->call("PUT", "/diskimages",
-                       R"({"image":{"base":"myacr.azurecr.io/nothing:1.0"},"labels":{"name":"nothing"}})");
+    auto r = sdk->call(
+        "PUT", "/diskimages",
+        R"({"image":{"base":"myacr.azurecr.io/nothing:1.0"},"labels":{"name":"nothing"}})");
     ASSERT_TRUE(r.status == 200 || r.status == 201) << r.body;
     const std::string id(SdkClient::body(r).at("id").as_string());
     std::string state = "Pending";

@@ -9,13 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 #include <chrono>
 #include <filesystem>
-#include <fmt/format.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,7 +37,7 @@ inline const std::string kGroup =
 inline const std::string kApi = "api-version=2026-02-01-preview";
 
 class TempDir {
-public:
+  public:
     TempDir() {
         std::string pattern = "/tmp/maf-emu-XXXXXX";
         if (::mkdtemp(pattern.data()) == nullptr) {
@@ -51,15 +51,15 @@ public:
     }
     const std::filesystem::path& path() const { return path_; }
 
-private:
+  private:
     std::filesystem::path path_;
 };
 
 // One acas-emulator process; SIGTERM on destruction.
 class EmulatorProcess {
-public:
+  public:
     EmulatorProcess(const std::filesystem::path& state, std::vector<std::string> extra = {}) {
-        std::vector<std::string> args{ACAS_EMULATOR_PATH, "serve",     "--listen",
+        std::vector<std::string> args{ACAS_EMULATOR_PATH, "serve",       "--listen",
                                       "127.0.0.1:0",      "--state-dir", state.string(),
                                       "--self-signed",    "--alias",     "python-3.13=host"};
         args.insert(args.end(), extra.begin(), extra.end());
@@ -121,7 +121,7 @@ public:
     const std::string& first_line() const { return first_line_; }
     const std::filesystem::path& log() const { return log_; }
 
-private:
+  private:
     static int& launches() {
         static int n = 0;
         return n;
@@ -136,9 +136,9 @@ private:
 
 // Requests shaped like azure-containerapps-sandbox 0.1.0b4's pipeline.
 class SdkClient {
-public:
-    SdkClient(boost::asio::io_context& io, const std::filesystem::path& ca_file,
-              std::string base, std::string token = "test-token")
+  public:
+    SdkClient(boost::asio::io_context& io, const std::filesystem::path& ca_file, std::string base,
+              std::string token = "test-token")
         : io_(io), base_(std::move(base)), token_(std::move(token)) {
         net::HttpClientOptions options;
         options.ca_file = ca_file.string();
@@ -149,8 +149,7 @@ public:
     void set_base(std::string base) { base_ = std::move(base); }
 
     HttpResponse raw(const std::string& method, const std::string& target, std::string body = {},
-                     const std::string& content_type = "application/json",
-                     bool with_token = true) {
+                     const std::string& content_type = "application/json", bool with_token = true) {
         HttpRequest request;
         request.method = method;
         request.target = target.starts_with("https://") ? target : base_ + target;
@@ -248,7 +247,7 @@ public:
 
     net::HttpClient& client() { return *client_; }
 
-private:
+  private:
     boost::asio::io_context& io_;
     std::string base_;
     std::string token_;

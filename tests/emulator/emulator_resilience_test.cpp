@@ -17,11 +17,11 @@ TEST(EmulatorRestart, TwoRestartsLoseNoSandboxLabelOrFileAndSandboxesKeepRunning
     const auto stopped = sdk.create(R"({"scope":"restart","thread":"u"})");
     sdk.wait_for_state(stopped, "Running");
     ASSERT_EQ(sdk.call("POST", "/sandboxes/" + stopped + "/stop").status, 200);
-    ASSERT_EQ(sdk.call("PUT", "/sandboxes/" + kept + "/files", "persisted",
-                       "path=/maf-sandbox/work/keep.txt&createDirs=true",
-                       "application/octet-stream")
-                  .status,
-              200);
+    ASSERT_EQ(
+        sdk.call("PUT", "/sandboxes/" + kept + "/files", "persisted",
+                 "path=/maf-sandbox/work/keep.txt&createDirs=true", "application/octet-stream")
+            .status,
+        200);
     // A process started before the restart must still be there after it.
     sdk.exec(kept, "nohup sleep 300 </dev/null >/dev/null 2>&1 & echo $! > /tmp/sleeper.pid");
     const auto sleeper = sdk.exec(kept, "cat /tmp/sleeper.pid").at("stdout");
@@ -37,17 +37,17 @@ TEST(EmulatorRestart, TwoRestartsLoseNoSandboxLabelOrFileAndSandboxesKeepRunning
         EXPECT_EQ(a.at("labels").at("scope").as_string(), "restart");
         const auto b = SdkClient::body(sdk.call("GET", "/sandboxes/" + stopped)).as_object();
         EXPECT_EQ(b.at("state").as_string(), "Stopped");
-        const auto r = sdk.call("GET", "/sandboxes/" + kept + "/files", {},
-                                "path=/maf-sandbox/work/keep.txt");
+        const auto r =
+            sdk.call("GET", "/sandboxes/" + kept + "/files", {}, "path=/maf-sandbox/work/keep.txt");
         EXPECT_EQ(r.body, "persisted");
         EXPECT_EQ(sdk.exec(kept, "kill -0 $(cat /tmp/sleeper.pid) && echo alive")
                       .at("stdout")
                       .as_string(),
                   "alive\n");
-        const auto listed = SdkClient::body(sdk.call("GET", "/sandboxes", {},
-                                                     "labels=scope%3Drestart"))
-                                .at("value")
-                                .as_array();
+        const auto listed =
+            SdkClient::body(sdk.call("GET", "/sandboxes", {}, "labels=scope%3Drestart"))
+                .at("value")
+                .as_array();
         EXPECT_EQ(listed.size(), 2u);
     }
     EXPECT_EQ(sdk.exec(kept, "cat /tmp/sleeper.pid").at("stdout"), sleeper);
@@ -74,8 +74,8 @@ HttpResponse well_behaved(SdkClient& sdk, const std::string& method, const std::
 TEST(EmulatorFaults, WellBehavedClientSurvivesA429StormAndA403Window) {
     TempDir dir;
     boost::asio::io_context io;
-    EmulatorProcess emulator(dir.path(), {"--fault-429-rate", "0.4", "--fault-403-first", "4",
-                                          "--fault-seed", "7"});
+    EmulatorProcess emulator(
+        dir.path(), {"--fault-429-rate", "0.4", "--fault-403-first", "4", "--fault-seed", "7"});
     SdkClient sdk(io, dir.path() / "ca.pem", emulator.base_url());
     auto r = sdk.call("GET", "/sandboxes");
     EXPECT_EQ(r.status, 403);
@@ -103,7 +103,8 @@ TEST(EmulatorFaults, WellBehavedClientSurvivesA429StormAndA403Window) {
     // Every sandbox is accounted for: exactly the three created, none duplicated or lost.
     r = well_behaved(sdk, "GET", "/sandboxes", {}, "labels=scope%3Dstorm");
     std::set<std::string> listed;
-    for (const auto& s : SdkClient::body(r).at("value").as_array()) {
+    const auto listing = SdkClient::body(r);
+    for (const auto& s : listing.at("value").as_array()) {
         listed.insert(std::string(s.at("id").as_string()));
     }
     EXPECT_EQ(listed, ids);

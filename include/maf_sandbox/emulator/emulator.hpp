@@ -45,7 +45,7 @@ struct EmulatorOptions {
     // unset with plain_http false means self-signed.
     std::optional<std::filesystem::path> tls_cert;
     std::optional<std::filesystem::path> tls_key;
-    bool plain_http = false;  // tests of the HTTP layer only; the Azure SDKs refuse http
+    bool plain_http = false;           // tests of the HTTP layer only; the Azure SDKs refuse http
     std::optional<std::string> token;  // when set, only this bearer token is accepted
     std::map<std::string, std::string> aliases;  // catalogue name -> local image ("host", ...)
     FaultOptions faults;
@@ -55,7 +55,7 @@ struct EmulatorOptions {
 
 // One emulator instance on an io_context. start() binds and starts serving; stop() is graceful.
 class Emulator {
-public:
+  public:
     Emulator(boost::asio::any_io_executor executor, EmulatorOptions options,
              std::shared_ptr<spdlog::logger> logger);
     ~Emulator();
@@ -70,7 +70,7 @@ public:
     // running.
     Task<void> stop(Seconds grace);
 
-private:
+  private:
     struct Impl;
     std::shared_ptr<Impl> impl_;
 };
