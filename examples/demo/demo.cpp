@@ -142,7 +142,11 @@ ms::Task<int> run(const Options& options, std::shared_ptr<spdlog::logger> log) {
     ms::kinds::CodeActConfig config;
     config.sandbox.image = "host";
     config.sandbox.timeout = ms::Seconds(60);
-    config.outputs = {ms::DeclaredOutput{"summary.json"}, ms::DeclaredOutput{"chart.svg"}};
+    for (const char* name : {"summary.json", "chart.svg"}) {
+        ms::DeclaredOutput output;
+        output.path = name;
+        config.outputs.push_back(output);
+    }
     ms::kinds::CodeActTool tool(router, config, store,
                                 ms::make_file_system_sink(options.out_dir), log);
     const auto provenance = tool.provenance();
@@ -151,7 +155,11 @@ ms::Task<int> run(const Options& options, std::shared_ptr<spdlog::logger> log) {
                                 ms::to_string(provenance.egress)));
 
     ms::kinds::CallerContext caller{scope, thread, "demo-agent"};
-    const auto result = co_await tool.execute_code(caller, {kAnalysis, {"sales.csv"}});
+    // Named first: g++ 12 miscompiles braced temporaries inside a co_await expression.
+    ms::kinds::CodeActArguments arguments;
+    arguments.code = kAnalysis;
+    arguments.input_files.push_back("sales.csv");
+    const auto result = co_await tool.execute_code(caller, std::move(arguments));
     int status = 0;
     if (result.failure != ms::kinds::CallFailure::none) {
         std::cout << "the call failed: " << result.message << "\n";

@@ -17,6 +17,7 @@
 #include "maf_sandbox/core/conformance.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/in_process.hpp"
+#include "maf_sandbox/core/paths.hpp"
 #include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 
@@ -31,6 +32,7 @@ struct ConformanceOptions {
     std::string image;
     std::string allowed_url;
     std::string denied_url;
+    BackendOptions backend_options;
 };
 
 // The host part of an http(s) URL, for the spec's egress allowlist.
@@ -118,12 +120,16 @@ Task<std::vector<ProbeResult>> acquire_and_probe(SandboxRouter& router, SandboxK
     std::vector<ProbeResult> results;
     try {
         const auto capabilities = declarations.capabilities;
-        const auto working_directory = spec->work_dir.value_or(sandbox->base_directory());
+        const auto base = spec->work_dir.value_or(sandbox->base_directory());
+        std::string working_directory = base;
         std::unique_ptr<ConformanceSubject> subject;
-        // The fake can be planted natively; every other backend plants through its own guest.
+        // The fake can be planted natively; every other backend plants through its own guest,
+        // beneath the base: the suites plant a sibling `<work>-outside`, and the base's parent
+        // (root-owned `/maf-sandbox` on ACAS) is not the guest's to write.
         if (auto fake = std::dynamic_pointer_cast<InProcessSandbox>(sandbox)) {
             subject = std::make_unique<InProcessSubject>(fake, working_directory, capabilities);
         } else {
+            working_directory = join_guest_path(base, "conformance");
             subject = std::make_unique<PosixGuestSubject>(sandbox, working_directory, capabilities);
         }
         log.info("probing backend '{}' in {}", router.backend()->name(), working_directory);
@@ -148,7 +154,7 @@ int run_conformance(const ConformanceOptions& options, Context& context) {
             "neither to skip it");
     }
     const auto floor = parse_isolation(options.floor);
-    auto backend = make_backend(options.backend);
+    auto backend = make_backend(options.backend, options.backend_options);
     if (!meets_floor(backend->isolation(), floor)) {
         throw SandboxBackendNotPermitted(fmt::format(
             "--backend {} provides isolation '{}', below the floor '{}'; pass --floor {} to "
@@ -165,7 +171,11 @@ int run_conformance(const ConformanceOptions& options, Context& context) {
     router_options.log = context.log;
     SandboxRouter router({backend}, router_options);
 
-    const auto spec = conformance_spec(options, backend->declarations(), urls);
+    auto spec_options = options;
+    if (spec_options.image.empty()) {
+        spec_options.image = default_image_for(*backend);
+    }
+    const auto spec = conformance_spec(spec_options, backend->declarations(), urls);
     router.ensure_can_serve(spec);
     const SandboxKey key{"conformance", fmt::format("conformance-{}", ::getpid()), "cli", ""};
 
@@ -204,6 +214,7 @@ void add_conformance_command(CLI::App& app, Context& context) {
                      "container, hardened_container, microvm, vm)")
         ->capture_default_str();
     command->add_option("--image", options->image, "Guest image, for backends that need one");
+    add_backend_options(*command, options->backend_options);
     command->add_option("--allowed-url", options->allowed_url,
                         "A URL the guest must reach (runs the EGRESS suite with --denied-url)");
     command->add_option("--denied-url", options->denied_url,

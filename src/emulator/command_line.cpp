@@ -10,6 +10,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "maf_sandbox/core/errors.hpp"
@@ -179,7 +180,11 @@ int serve(Args args) {
             boost::asio::detached);
     });
     io.run();
-    return 0;
+    // Every change is already persisted; a worker thread may still be blocked in a long guest
+    // command, which must not hold the exit (the command keeps running in its sandbox).
+    logger->flush();
+    std::fflush(nullptr);
+    std::_Exit(0);
 }
 
 int images(Args args) {
