@@ -5,6 +5,11 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 BACKEND    ?= acas
 
+# ccache keys on paths relative to the checkout, so every clone of the project (CI's included)
+# shares one cache on this machine.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+
 .PHONY: all bootstrap build build-asan demo test test-main test-asan format clean bench
 
 all: build

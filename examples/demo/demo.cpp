@@ -173,6 +173,11 @@ ms::Task<int> run(const Options& options, std::shared_ptr<spdlog::logger> log) {
         status = result.program->exit_code == 0 ? 0 : 1;
     }
 
+    transcript.step(backend.backend->declarations().declares(ms::Capability::reclaim)
+                        ? "the call's directory was reclaimed; the sandbox stays warm for the "
+                          "conversation"
+                        : "the backend withholds reclaim, so the call's cleanup disposed its "
+                          "sandbox");
     const auto purge = co_await router->dispose_scope(scope, thread);
     transcript.step(fmt::format("conversation purged: {} sandbox(es) disposed{}", purge.disposed,
                                 purge.undisposed ? " (some could not be)" : ""));
