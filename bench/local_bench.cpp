@@ -91,10 +91,14 @@ void BM_PosixSpawnTrue(benchmark::State& s) {
 BENCHMARK(BM_PosixSpawnTrue)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 void BM_BwrapTrue(benchmark::State& s) {
-    const std::vector<std::string> argv{
-        "/usr/bin/bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
-        "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc",
-        "--dev", "/dev", "--tmpfs", "/tmp", "--unshare-all", "--die-with-parent", "/bin/true"};
+    const std::vector<std::string> argv{"/usr/bin/bwrap", "--ro-bind",     "/usr",
+                                        "/usr",           "--symlink",     "usr/bin",
+                                        "/bin",           "--symlink",     "usr/lib",
+                                        "/lib",           "--symlink",     "usr/lib64",
+                                        "/lib64",         "--proc",        "/proc",
+                                        "--dev",          "/dev",          "--tmpfs",
+                                        "/tmp",           "--unshare-all", "--die-with-parent",
+                                        "/bin/true"};
     if (access(argv[0].c_str(), X_OK) != 0) {
         s.SkipWithError("bubblewrap is not installed (scripts/bootstrap installs it)");
         return;
@@ -151,7 +155,8 @@ void BM_LocalWrite32MiB(benchmark::State& s) {
     for (auto _ : s) {
         run_blocking(sandbox->write_file("big.bin", payload, ""));
     }
-    s.SetBytesProcessed(static_cast<int64_t>(s.iterations()) * static_cast<int64_t>(payload.size()));
+    s.SetBytesProcessed(static_cast<int64_t>(s.iterations()) *
+                        static_cast<int64_t>(payload.size()));
 }
 BENCHMARK(BM_LocalWrite32MiB)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 

@@ -4,14 +4,14 @@
 // holds. Prints a short transcript with timings.
 #include <unistd.h>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <random>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 #include <string>
 
 #include "demo_backends.hpp"
@@ -96,16 +96,15 @@ Options parse(int argc, char** argv) {
 }
 
 class Transcript {
-public:
+  public:
     void step(const std::string& what) {
         const auto now = Clock::now();
-        const auto ms_elapsed =
-            std::chrono::duration<double, std::milli>(now - last_).count();
+        const auto ms_elapsed = std::chrono::duration<double, std::milli>(now - last_).count();
         std::cout << fmt::format("[{:8.1f} ms] {}\n", ms_elapsed, what) << std::flush;
         last_ = now;
     }
 
-private:
+  private:
     Clock::time_point last_ = Clock::now();
 };
 
@@ -147,8 +146,8 @@ ms::Task<int> run(const Options& options, std::shared_ptr<spdlog::logger> log) {
         output.path = name;
         config.outputs.push_back(output);
     }
-    ms::kinds::CodeActTool tool(router, config, store,
-                                ms::make_file_system_sink(options.out_dir), log);
+    ms::kinds::CodeActTool tool(router, config, store, ms::make_file_system_sink(options.out_dir),
+                                log);
     const auto provenance = tool.provenance();
     transcript.step(fmt::format("codeact attached: backend {}, isolation {}, egress {}",
                                 provenance.backend, ms::to_string(provenance.isolation),
@@ -182,8 +181,8 @@ ms::Task<int> run(const Options& options, std::shared_ptr<spdlog::logger> log) {
     transcript.step(fmt::format("conversation purged: {} sandbox(es) disposed{}", purge.disposed,
                                 purge.undisposed ? " (some could not be)" : ""));
     const auto remaining = co_await backend.count_remaining();
-    transcript.step(fmt::format("the service holds {} sandbox(es) for this conversation",
-                                remaining));
+    transcript.step(
+        fmt::format("the service holds {} sandbox(es) for this conversation", remaining));
     co_await backend.backend->close();
     std::filesystem::remove_all(store_dir);
     co_return remaining == 0 ? status : 1;

@@ -1,8 +1,8 @@
 // The two backends the demo can run on, built from its command line.
 #pragma once
 
-#include <memory>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -11,11 +11,11 @@
 namespace maf_sandbox::demo {
 
 struct DemoBackendOptions {
-    std::string backend = "acas";   // acas (against an acas-emulator) or local
-    std::string endpoint;           // acas: the emulator's https URL
-    std::string ca_file;            // acas: the emulator's ca.pem
-    std::string token;              // acas: the emulator's bearer token
-    std::string state_dir;          // local: the runtime's state directory
+    std::string backend = "acas";  // acas (against an acas-emulator) or local
+    std::string endpoint;          // acas: the emulator's https URL
+    std::string ca_file;           // acas: the emulator's ca.pem
+    std::string token;             // acas: the emulator's bearer token
+    std::string state_dir;         // local: the runtime's state directory
 };
 
 struct DemoBackend {

@@ -265,7 +265,8 @@ bool AcasBackend::State::mark_invalid(const std::shared_ptr<HeldSandbox>& sandbo
 void AcasBackend::State::invalidate_in_background(std::shared_ptr<HeldSandbox> sandbox,
                                                   std::string reason,
                                                   boost::asio::any_io_executor executor) {
-    if (!mark_invalid(sandbox, reason)) return;
+    if (!mark_invalid(sandbox, reason))
+        return;
     asio::co_spawn(
         executor,
         [self = shared_from_this(), sandbox]() -> Task<void> {
@@ -276,7 +277,8 @@ void AcasBackend::State::invalidate_in_background(std::shared_ptr<HeldSandbox> s
 
 Task<void> AcasBackend::State::invalidate(std::shared_ptr<HeldSandbox> sandbox,
                                           std::string reason) {
-    if (!mark_invalid(sandbox, reason)) co_return;
+    if (!mark_invalid(sandbox, reason))
+        co_return;
     co_await dispose_invalidated(std::move(sandbox));
 }
 

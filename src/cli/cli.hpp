@@ -15,7 +15,7 @@ namespace maf_sandbox::cli {
 
 // Exit statuses shared by every command.
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitRefused = 1;  // a policy refusal, a failed probe, a failed command
+inline constexpr int kExitRefused = 1;   // a policy refusal, a failed probe, a failed command
 inline constexpr int kExitBadInput = 2;  // bad flags, malformed JSON, unknown enum strings
 
 struct Context {

@@ -152,8 +152,8 @@ void add_local_commands(CLI::App& app, Context& context) {
                     throw InvalidArgument("the command contains a NUL byte");
                 }
             }
-            auto router = local_router(
-                std::make_shared<local::LocalBackend>(config_from(*options)), *options, context);
+            auto router = local_router(std::make_shared<local::LocalBackend>(config_from(*options)),
+                                       *options, context);
             SandboxSpecFields fields;
             fields.kind = "run";
             fields.image = options->image;
@@ -198,8 +198,8 @@ void add_local_commands(CLI::App& app, Context& context) {
         command->add_option("--kind", options->kind, "Sandbox kind (default shell)");
         command->callback([options, &context] {
             require_local(*options);
-            auto router = local_router(
-                std::make_shared<local::LocalBackend>(config_from(*options)), *options, context);
+            auto router = local_router(std::make_shared<local::LocalBackend>(config_from(*options)),
+                                       *options, context);
             SandboxSpecFields fields;
             fields.kind = options->kind;
             fields.image = options->image;

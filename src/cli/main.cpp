@@ -1,6 +1,6 @@
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "cli.hpp"
 #include "maf_sandbox/core/errors.hpp"

@@ -1,7 +1,7 @@
 #include "maf_sandbox/core/errors.hpp"
 
-#include <cstring>
 #include <fmt/format.h>
+#include <cstring>
 
 namespace maf_sandbox {
 

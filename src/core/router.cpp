@@ -1,4 +1,5 @@
 #include "maf_sandbox/core/router.hpp"
+#include "maf_sandbox/core/error_detail.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/logger.h>
@@ -48,18 +49,6 @@ std::string sorted_names(const std::set<Enum>& values) {
 std::string describe_limits(const TransferLimits& limits) {
     return fmt::format("{} bytes per file, {} bytes in total, {} files", limits.max_bytes_per_file,
                        limits.max_total_bytes, limits.max_files);
-}
-
-std::string describe(const std::exception_ptr& error) {
-    try {
-        std::rethrow_exception(error);
-    } catch (const Error& e) {
-        return fmt::format("{}: {}", e.type_name(), e.what());
-    } catch (const std::exception& e) {
-        return e.what();
-    } catch (...) {
-        return "an exception of unknown type";
-    }
 }
 
 // Cancellation is the one exception the never-throwing operations let through: swallowing it
@@ -316,7 +305,7 @@ Task<std::optional<DisposalFailure>> SandboxRouter::dispose(SandboxKey key,
         }
         if (error) {
             co_await rethrow_if_cancelled(error);
-            auto detail = fmt::format("backend '{}' raised {}", each->name(), describe(error));
+            auto detail = fmt::format("backend '{}' raised {}", each->name(), error_detail(error));
             options_.log->warn("disposal of a sandbox of thread '{}' failed: {}", key.thread_id,
                                detail);
             failures.push_back(DisposalFailure{DisposalCode::unknown, std::move(detail)});
@@ -344,7 +333,7 @@ Task<ScopePurge> SandboxRouter::dispose_scope(std::string scope, std::string thr
         }
         if (error) {
             co_await rethrow_if_cancelled(error);
-            auto detail = fmt::format("backend '{}' raised {}", each->name(), describe(error));
+            auto detail = fmt::format("backend '{}' raised {}", each->name(), error_detail(error));
             options_.log->warn("purge of thread '{}' failed: {}", thread_id, detail);
             failures.push_back(DisposalFailure{DisposalCode::unknown, std::move(detail)});
         }
@@ -405,8 +394,8 @@ Task<std::optional<std::string>> SandboxRouter::cleanup_call(std::shared_ptr<San
     }
     co_await rethrow_if_cancelled(error);
     options_.log->warn("reclaiming '{}' for kind '{}' failed: {}", call_path, spec->kind,
-                       describe(error));
-    co_return fmt::format("the removal call failed: {}", describe(error));
+                       error_detail(error));
+    co_return fmt::format("the removal call failed: {}", error_detail(error));
 }
 
 }  // namespace maf_sandbox

@@ -50,8 +50,12 @@ std::set<IsolationScope> BackendDeclarations::effective_isolation_scopes() const
                                     : isolation_scopes;
 }
 
-std::string ExecResult::stdout_text() const { return replace_invalid_utf8(stdout_bytes); }
-std::string ExecResult::stderr_text() const { return replace_invalid_utf8(stderr_bytes); }
+std::string ExecResult::stdout_text() const {
+    return replace_invalid_utf8(stdout_bytes);
+}
+std::string ExecResult::stderr_text() const {
+    return replace_invalid_utf8(stderr_bytes);
+}
 
 std::optional<DisposalFailure> fold_disposal_failures(
     const std::vector<std::optional<DisposalFailure>>& failures) {

@@ -1,7 +1,7 @@
 #include "maf_sandbox/core/vocabulary.hpp"
 
-#include <array>
 #include <fmt/format.h>
+#include <array>
 
 #include "maf_sandbox/core/errors.hpp"
 
@@ -121,8 +121,7 @@ Enum parse(const std::array<Row<Enum>, N>& table, std::string_view what, std::st
         accepted += accepted.empty() ? "" : ", ";
         accepted += row.text;
     }
-    throw InvalidArgument(
-        fmt::format("unknown {} '{}'; use one of: {}", what, text, accepted));
+    throw InvalidArgument(fmt::format("unknown {} '{}'; use one of: {}", what, text, accepted));
 }
 
 template <typename Enum, std::size_t N>
@@ -147,30 +146,64 @@ constexpr auto kAllDisposalCodes = members(kDisposalCode);
 
 }  // namespace
 
-std::string_view to_string(Isolation v) { return text_of(kIsolation, v); }
-std::string_view to_string(Capability v) { return text_of(kCapability, v); }
-std::string_view to_string(Egress v) { return text_of(kEgress, v); }
-std::string_view to_string(OsFamily v) { return text_of(kOsFamily, v); }
-std::string_view to_string(EntryKind v) { return text_of(kEntryKind, v); }
-std::string_view to_string(IsolationScope v) { return text_of(kIsolationScope, v); }
-std::string_view to_string(OutputDisposition v) { return text_of(kOutputDisposition, v); }
-std::string_view to_string(Identity v) { return text_of(kIdentity, v); }
-std::string_view to_string(SourceIntegrity v) { return text_of(kSourceIntegrity, v); }
-std::string_view to_string(DisposalCode v) { return text_of(kDisposalCode, v); }
-std::string_view to_string(FileRefusal v) { return text_of(kFileRefusal, v); }
+std::string_view to_string(Isolation v) {
+    return text_of(kIsolation, v);
+}
+std::string_view to_string(Capability v) {
+    return text_of(kCapability, v);
+}
+std::string_view to_string(Egress v) {
+    return text_of(kEgress, v);
+}
+std::string_view to_string(OsFamily v) {
+    return text_of(kOsFamily, v);
+}
+std::string_view to_string(EntryKind v) {
+    return text_of(kEntryKind, v);
+}
+std::string_view to_string(IsolationScope v) {
+    return text_of(kIsolationScope, v);
+}
+std::string_view to_string(OutputDisposition v) {
+    return text_of(kOutputDisposition, v);
+}
+std::string_view to_string(Identity v) {
+    return text_of(kIdentity, v);
+}
+std::string_view to_string(SourceIntegrity v) {
+    return text_of(kSourceIntegrity, v);
+}
+std::string_view to_string(DisposalCode v) {
+    return text_of(kDisposalCode, v);
+}
+std::string_view to_string(FileRefusal v) {
+    return text_of(kFileRefusal, v);
+}
 
-Isolation parse_isolation(std::string_view t) { return parse(kIsolation, "isolation", t); }
-Capability parse_capability(std::string_view t) { return parse(kCapability, "capability", t); }
-Egress parse_egress(std::string_view t) { return parse(kEgress, "egress mode", t); }
-OsFamily parse_os_family(std::string_view t) { return parse(kOsFamily, "OS family", t); }
-EntryKind parse_entry_kind(std::string_view t) { return parse(kEntryKind, "entry kind", t); }
+Isolation parse_isolation(std::string_view t) {
+    return parse(kIsolation, "isolation", t);
+}
+Capability parse_capability(std::string_view t) {
+    return parse(kCapability, "capability", t);
+}
+Egress parse_egress(std::string_view t) {
+    return parse(kEgress, "egress mode", t);
+}
+OsFamily parse_os_family(std::string_view t) {
+    return parse(kOsFamily, "OS family", t);
+}
+EntryKind parse_entry_kind(std::string_view t) {
+    return parse(kEntryKind, "entry kind", t);
+}
 IsolationScope parse_isolation_scope(std::string_view t) {
     return parse(kIsolationScope, "isolation scope", t);
 }
 OutputDisposition parse_output_disposition(std::string_view t) {
     return parse(kOutputDisposition, "output disposition", t);
 }
-Identity parse_identity(std::string_view t) { return parse(kIdentity, "identity", t); }
+Identity parse_identity(std::string_view t) {
+    return parse(kIdentity, "identity", t);
+}
 SourceIntegrity parse_source_integrity(std::string_view t) {
     return parse(kSourceIntegrity, "source integrity", t);
 }
@@ -181,15 +214,31 @@ FileRefusal parse_file_refusal(std::string_view t) {
     return parse(kFileRefusal, "file refusal", t);
 }
 
-std::optional<int> rank_of(Isolation v) { return rank_in(kIsolation, v); }
-std::optional<int> rank_of(IsolationScope v) { return rank_in(kIsolationScope, v); }
-std::optional<int> rank_of(SourceIntegrity v) { return rank_in(kSourceIntegrity, v); }
-std::optional<int> rank_of(DisposalCode v) { return rank_in(kDisposalCode, v); }
+std::optional<int> rank_of(Isolation v) {
+    return rank_in(kIsolation, v);
+}
+std::optional<int> rank_of(IsolationScope v) {
+    return rank_in(kIsolationScope, v);
+}
+std::optional<int> rank_of(SourceIntegrity v) {
+    return rank_in(kSourceIntegrity, v);
+}
+std::optional<int> rank_of(DisposalCode v) {
+    return rank_in(kDisposalCode, v);
+}
 
-std::span<const Isolation> all_isolations() { return kAllIsolations; }
-std::span<const IsolationScope> all_isolation_scopes() { return kAllIsolationScopes; }
-std::span<const Capability> all_capabilities() { return kAllCapabilities; }
-std::span<const DisposalCode> all_disposal_codes() { return kAllDisposalCodes; }
+std::span<const Isolation> all_isolations() {
+    return kAllIsolations;
+}
+std::span<const IsolationScope> all_isolation_scopes() {
+    return kAllIsolationScopes;
+}
+std::span<const Capability> all_capabilities() {
+    return kAllCapabilities;
+}
+std::span<const DisposalCode> all_disposal_codes() {
+    return kAllDisposalCodes;
+}
 
 bool meets_floor(Isolation declared, Isolation floor) {
     const auto d = rank_of(declared);

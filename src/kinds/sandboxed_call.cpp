@@ -7,6 +7,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <exception>
 
+#include "maf_sandbox/core/error_detail.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/paths.hpp"
 #include "maf_sandbox/core/utf8.hpp"
@@ -42,18 +43,6 @@ constexpr const char* kCallFailed =
     "The call failed inside the sandbox host. Try again; if it keeps failing, ask the operator "
     "(the "
     "reason is in the server's log).";
-
-std::string describe(const std::exception_ptr& error) {
-    try {
-        std::rethrow_exception(error);
-    } catch (const Error& e) {
-        return fmt::format("{}: {}", e.type_name(), e.what());
-    } catch (const std::exception& e) {
-        return e.what();
-    } catch (...) {
-        return "an exception of unknown type";
-    }
-}
 
 std::string acquire_sentence(const std::exception_ptr& error) {
     try {
@@ -107,7 +96,7 @@ Task<void> clean_up(const KindBinding& binding, const CallSite& site, bool was_c
         }
     } catch (...) {
         binding.log->warn("{}: cleaning up call {} failed: {}", binding.tool_name, site.call_path,
-                          describe(std::current_exception()));
+                          error_detail(std::current_exception()));
     }
 }
 
@@ -182,7 +171,7 @@ Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey ke
             std::rethrow_exception(acquire_error);
         }
         binding.log->error("{}: acquiring a sandbox failed: {}", binding.tool_name,
-                           describe(acquire_error));
+                           error_detail(acquire_error));
         co_return failed(binding, CallFailure::infrastructure, acquire_sentence(acquire_error));
     }
     const auto work_dir =
@@ -209,7 +198,7 @@ Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey ke
         if (was_cancelled) {
             std::rethrow_exception(body_error);
         }
-        binding.log->error("{}: the call failed: {}", binding.tool_name, describe(body_error));
+        binding.log->error("{}: the call failed: {}", binding.tool_name, error_detail(body_error));
         auto failure = failed(binding, CallFailure::infrastructure, kCallFailed);
         failure.program = std::move(result.program);
         co_return failure;
@@ -256,7 +245,7 @@ Task<bool> run_program(const KindBinding& binding, CallSite& site, Command comma
     if (is_cancelled(co_await boost::asio::this_coro::cancellation_state)) {
         std::rethrow_exception(error);
     }
-    binding.log->error("{}: exec failed: {}", binding.tool_name, describe(error));
+    binding.log->error("{}: exec failed: {}", binding.tool_name, error_detail(error));
     result.failure = CallFailure::infrastructure;
     result.message = kExecFailed;
     co_return false;

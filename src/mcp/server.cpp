@@ -1,4 +1,5 @@
 #include "maf_sandbox/mcp/server.hpp"
+#include "maf_sandbox/core/error_detail.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/logger.h>
@@ -68,18 +69,6 @@ bool valid_id(const json::value& id) {
 // In-flight requests are found by their id's JSON text, so "1" and 1 stay distinct.
 std::string id_key(const json::value& id) {
     return json::serialize(id);
-}
-
-std::string describe(const std::exception_ptr& error) {
-    try {
-        std::rethrow_exception(error);
-    } catch (const Error& e) {
-        return fmt::format("{}: {}", e.type_name(), e.what());
-    } catch (const std::exception& e) {
-        return e.what();
-    } catch (...) {
-        return "an exception of unknown type";
-    }
 }
 
 }  // namespace
@@ -199,7 +188,7 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
         if (state.cancelled() != asio::cancellation_type::none) {
             std::rethrow_exception(error);
         }
-        server->log->error("session {}: {} failed: {}", id, name, describe(error));
+        server->log->error("session {}: {} failed: {}", id, name, error_detail(error));
         co_return detail::server_failure_result(kServerFailure);
     }
 
@@ -374,7 +363,7 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
         if (state.cancelled() != asio::cancellation_type::none) {
             std::rethrow_exception(error);
         }
-        server->log->error("session {}: a request failed: {}", self->id, describe(error));
+        server->log->error("session {}: a request failed: {}", self->id, error_detail(error));
         co_return error_response(id, kInternalError, "Internal error; the reason is in the log");
     }
 
@@ -413,7 +402,7 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
         }
         if (error) {
             server->log->warn("session {} ended; disposing its sandboxes failed: {}", id,
-                              describe(error));
+                              error_detail(error));
         } else if (outcome.index() == 1) {
             server->log->warn("session {} ended; disposing its sandboxes did not finish in time",
                               id);

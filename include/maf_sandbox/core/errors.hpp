@@ -18,17 +18,17 @@
 namespace maf_sandbox {
 
 class Error : public std::runtime_error {
-public:
+  public:
     explicit Error(const std::string& message) : std::runtime_error(message) {}
     // The class name as the CLI and logs print it ("SandboxEgressNotEnforced").
     virtual std::string_view type_name() const noexcept { return "Error"; }
 };
 
-#define MAF_SANDBOX_ERROR(Name, Base)                                                 \
-    class Name : public Base {                                                        \
-    public:                                                                           \
-        using Base::Base;                                                             \
-        std::string_view type_name() const noexcept override { return #Name; }        \
+#define MAF_SANDBOX_ERROR(Name, Base)                                          \
+    class Name : public Base {                                                 \
+      public:                                                                  \
+        using Base::Base;                                                      \
+        std::string_view type_name() const noexcept override { return #Name; } \
     }
 
 // --- ValueError family: the caller asked for something that cannot be valid. -------------------
@@ -40,7 +40,7 @@ MAF_SANDBOX_ERROR(ConfinementEscape, InvalidArgument);
 // Exec output went over max_output_bytes. Carries the captured head of each stream and the total
 // byte count, so a caller can show what arrived and how much was dropped.
 class ExecOutputLimitExceeded : public InvalidArgument {
-public:
+  public:
     ExecOutputLimitExceeded(const std::string& message, std::string stdout_head,
                             std::string stderr_head, std::size_t total_bytes, int exit_code = -1)
         : InvalidArgument(message),
@@ -48,7 +48,9 @@ public:
           stderr_head_(std::move(stderr_head)),
           total_bytes_(total_bytes),
           exit_code_(exit_code) {}
-    std::string_view type_name() const noexcept override { return "SandboxExecOutputLimitExceeded"; }
+    std::string_view type_name() const noexcept override {
+        return "SandboxExecOutputLimitExceeded";
+    }
     const std::string& stdout_head() const noexcept { return stdout_head_; }
     const std::string& stderr_head() const noexcept { return stderr_head_; }
     // Bytes the program wrote on both streams, including those that were dropped.
@@ -56,7 +58,7 @@ public:
     // The program's exit code when it finished on its own, -1 when it was killed for the overflow.
     int exit_code() const noexcept { return exit_code_; }
 
-private:
+  private:
     std::string stdout_head_;
     std::string stderr_head_;
     std::size_t total_bytes_;
@@ -81,13 +83,13 @@ MAF_SANDBOX_ERROR(SandboxIsolationScopeNotSupported, Error);
 
 // --- OSError family: a guest file operation was refused. Keeps errno where there is one. -------
 class FileError : public Error {
-public:
+  public:
     explicit FileError(const std::string& message, int error_number = 0)
         : Error(message), error_number_(error_number) {}
     std::string_view type_name() const noexcept override { return "OSError"; }
     int error_number() const noexcept { return error_number_; }
 
-private:
+  private:
     int error_number_;
 };
 MAF_SANDBOX_ERROR(NotADirectory, FileError);
@@ -97,13 +99,13 @@ MAF_SANDBOX_ERROR(PermissionDenied, FileError);
 
 // The shell file transfer's guest-side refusals, typed by FileRefusal.
 class SandboxFileRefused : public FileError {
-public:
+  public:
     SandboxFileRefused(FileRefusal refusal, const std::string& message)
         : FileError(message), refusal_(refusal) {}
     std::string_view type_name() const noexcept override { return "SandboxFileRefused"; }
     FileRefusal refusal() const noexcept { return refusal_; }
 
-private:
+  private:
     FileRefusal refusal_;
 };
 // The transfer failed cleanly: the staged file was taken back and the sandbox is whole.
@@ -136,7 +138,7 @@ MAF_SANDBOX_ERROR(SandboxQueuedTimeout, Timeout);
 // (sent, refused, absent, unrecorded, unknown) and `reach` what a kill reached (group, program,
 // nothing).
 class SandboxProgramTimeout : public Timeout {
-public:
+  public:
     SandboxProgramTimeout(const std::string& message, std::string output, std::string signal,
                           std::string reach)
         : Timeout(message),
@@ -148,7 +150,7 @@ public:
     const std::string& signal() const noexcept { return signal_; }
     const std::string& reach() const noexcept { return reach_; }
 
-private:
+  private:
     std::string output_;
     std::string signal_;
     std::string reach_;
@@ -164,7 +166,7 @@ MAF_SANDBOX_ERROR(CloseError, Error);
 // the run, skips included, so a caller can print the whole table.
 struct ProbeResult;
 class ConformanceFailure : public Error {
-public:
+  public:
     ConformanceFailure(const std::string& message, std::string suite,
                        std::shared_ptr<const std::vector<ProbeResult>> results)
         : Error(message), suite_(std::move(suite)), results_(std::move(results)) {}
@@ -172,19 +174,19 @@ public:
     const std::string& suite() const noexcept { return suite_; }
     const std::vector<ProbeResult>& results() const noexcept { return *results_; }
 
-private:
+  private:
     std::string suite_;
     std::shared_ptr<const std::vector<ProbeResult>> results_;
 };
 
 // A system call failed. Keeps errno and says what we were doing and what the user can do.
 class SystemError : public Error {
-public:
+  public:
     SystemError(int error_number, const std::string& doing, const std::string& remedy = {});
     std::string_view type_name() const noexcept override { return "SystemError"; }
     int error_number() const noexcept { return error_number_; }
 
-private:
+  private:
     int error_number_;
 };
 

@@ -24,7 +24,7 @@ using Task = boost::asio::awaitable<T>;
 // file is required throws ConfinementEscape; a non-link, non-directory ancestor throws
 // NotADirectory. A method whose capability the backend does not declare throws NotImplemented.
 class Sandbox {
-public:
+  public:
     virtual ~Sandbox() = default;
 
     // The guest-native storage base that relative working directories resolve beneath.
@@ -62,8 +62,7 @@ public:
 
     // A missing path is success; a link is unlinked, never followed (also inside a recursive
     // removal); a directory needs `recursive` (FileError otherwise).
-    virtual Task<void> remove(std::string path, std::string working_directory,
-                              bool recursive) = 0;
+    virtual Task<void> remove(std::string path, std::string working_directory, bool recursive) = 0;
 
     // Removes one absolute directory (at least two components, never the working directory, never
     // more than the guest program itself could remove). Missing is success. A backend that
@@ -75,7 +74,7 @@ public:
 // Hands out sandboxes keyed by (key, spec kind), reusing warm ones. Disposal consults the service
 // (or the on-disk registry), never only process memory, and never throws.
 class SandboxBackend {
-public:
+  public:
     virtual ~SandboxBackend() = default;
 
     virtual std::string name() const = 0;

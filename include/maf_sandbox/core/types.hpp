@@ -112,7 +112,7 @@ struct SandboxSpecFields {
 
 // An immutable, validated spec. Read fields with `spec->egress`.
 class SandboxSpec {
-public:
+  public:
     // Throws InvalidArgument when kind is empty, or when egress_allow is non-empty and egress is
     // not allowlist (naming the hosts).
     explicit SandboxSpec(SandboxSpecFields fields);
@@ -129,7 +129,7 @@ public:
 
     bool operator==(const SandboxSpec&) const = default;
 
-private:
+  private:
     SandboxSpecFields fields_;
 };
 

@@ -1,6 +1,6 @@
-// The protocol's enumerations. Every enum's strings (and rank, where it has one) live in exactly one
-// table in vocabulary.cpp; to_string and the parse_* functions read that table, so an unknown string
-// is always refused and no logic compares bare strings.
+// The protocol's enumerations. Every enum's strings (and rank, where it has one) live in exactly
+// one table in vocabulary.cpp; to_string and the parse_* functions read that table, so an unknown
+// string is always refused and no logic compares bare strings.
 #pragma once
 
 #include <optional>
@@ -85,7 +85,8 @@ std::optional<int> rank_of(IsolationScope value);
 std::optional<int> rank_of(SourceIntegrity value);
 std::optional<int> rank_of(DisposalCode value);  // lower rank = higher precedence
 
-// Every member of each ranked enum, in table order (used by tests that prove every member is ranked).
+// Every member of each ranked enum, in table order (used by tests that prove every member is
+// ranked).
 std::span<const Isolation> all_isolations();
 std::span<const IsolationScope> all_isolation_scopes();
 std::span<const Capability> all_capabilities();

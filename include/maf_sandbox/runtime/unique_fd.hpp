@@ -8,7 +8,7 @@
 namespace maf_sandbox::runtime {
 
 class UniqueFd {
-public:
+  public:
     UniqueFd() noexcept = default;
     explicit UniqueFd(int fd) noexcept : fd_(fd) {}
     UniqueFd(const UniqueFd&) = delete;
@@ -36,7 +36,7 @@ public:
         }
     }
 
-private:
+  private:
     int fd_ = -1;
 };
 
