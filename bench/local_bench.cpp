@@ -88,7 +88,7 @@ void BM_PosixSpawnTrue(benchmark::State& s) {
         benchmark::DoNotOptimize(spawn_and_wait({"/bin/true"}));
     }
 }
-BENCHMARK(BM_PosixSpawnTrue)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_PosixSpawnTrue)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 
 void BM_BwrapTrue(benchmark::State& s) {
     const std::vector<std::string> argv{"/usr/bin/bwrap", "--ro-bind",     "/usr",
@@ -107,7 +107,7 @@ void BM_BwrapTrue(benchmark::State& s) {
         benchmark::DoNotOptimize(spawn_and_wait(argv));
     }
 }
-BENCHMARK(BM_BwrapTrue)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_BwrapTrue)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 
 // Create to first output: a fresh call-scoped sandbox, then `true` in it. Disposal is not timed.
 void BM_LocalColdAcquireToFirstExec(benchmark::State& s) {
@@ -122,7 +122,7 @@ void BM_LocalColdAcquireToFirstExec(benchmark::State& s) {
         s.ResumeTiming();
     }
 }
-BENCHMARK(BM_LocalColdAcquireToFirstExec)->Unit(benchmark::kMillisecond)->Iterations(30);
+BENCHMARK(BM_LocalColdAcquireToFirstExec)->Unit(benchmark::kMillisecond)->Iterations(30)->UseRealTime();
 
 void BM_LocalWarmAcquire(benchmark::State& s) {
     auto& backend = *state().backend;
@@ -133,7 +133,7 @@ void BM_LocalWarmAcquire(benchmark::State& s) {
             run_blocking(backend.acquire(key, spec(maf_sandbox::IsolationScope::conversation))));
     }
 }
-BENCHMARK(BM_LocalWarmAcquire)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_LocalWarmAcquire)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 
 void BM_LocalExecTrue(benchmark::State& s) {
     auto& backend = *state().backend;
@@ -144,7 +144,7 @@ void BM_LocalExecTrue(benchmark::State& s) {
         benchmark::DoNotOptimize(run_blocking(sandbox->exec(true_request())));
     }
 }
-BENCHMARK(BM_LocalExecTrue)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_LocalExecTrue)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 
 void BM_LocalWrite32MiB(benchmark::State& s) {
     auto& backend = *state().backend;
@@ -158,7 +158,7 @@ void BM_LocalWrite32MiB(benchmark::State& s) {
     s.SetBytesProcessed(static_cast<int64_t>(s.iterations()) *
                         static_cast<int64_t>(payload.size()));
 }
-BENCHMARK(BM_LocalWrite32MiB)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_LocalWrite32MiB)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 
 void BM_LocalRead32MiB(benchmark::State& s) {
     auto& backend = *state().backend;
@@ -171,7 +171,7 @@ void BM_LocalRead32MiB(benchmark::State& s) {
     }
     s.SetBytesProcessed(static_cast<int64_t>(s.iterations()) * (32 << 20));
 }
-BENCHMARK(BM_LocalRead32MiB)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_LocalRead32MiB)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 
 }  // namespace
 
