@@ -122,7 +122,10 @@ void BM_LocalColdAcquireToFirstExec(benchmark::State& s) {
         s.ResumeTiming();
     }
 }
-BENCHMARK(BM_LocalColdAcquireToFirstExec)->Unit(benchmark::kMillisecond)->Iterations(30)->UseRealTime();
+BENCHMARK(BM_LocalColdAcquireToFirstExec)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(30)
+    ->UseRealTime();
 
 void BM_LocalWarmAcquire(benchmark::State& s) {
     auto& backend = *state().backend;
