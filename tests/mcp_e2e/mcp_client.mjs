@@ -5,7 +5,7 @@
 // disconnects, and then checks that the server disposed the session's sandboxes: the server logs
 // one line per ended session ("session <id> ended: disposed N sandbox(es)") on stderr.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import assert from 'node:assert/strict';
@@ -171,9 +171,15 @@ async function overHttp() {
     }
 }
 
+let failed = false;
 try {
     await (mode === 'stdio' ? overStdio() : overHttp());
 } catch (error) {
     console.error(`mcp e2e (${mode}) failed:`, error);
+    failed = true;
+} finally {
+    rmSync(store, { recursive: true, force: true });
+}
+if (failed) {
     process.exit(1);
 }
