@@ -30,12 +30,6 @@
 #include "maf_sandbox/mcp/server.hpp"
 #include "maf_sandbox/mcp/stdio_transport.hpp"
 
-// GCC 12 misreads Asio's recycling coroutine-frame allocator (aligned_new paired with the frame's
-// sized operator delete) as a mismatch once the frame's new is inlined: a known false positive.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
 namespace maf_sandbox::cli {
 namespace {
 

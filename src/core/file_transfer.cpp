@@ -16,12 +16,6 @@
 #include "maf_sandbox/core/shell_quote.hpp"
 #include "maf_sandbox/core/utf8.hpp"
 
-// GCC 12 misreads Asio's recycling coroutine-frame allocator (aligned_new paired with the frame's
-// sized operator delete) as a mismatch once the frame's new is inlined: a known false positive.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
 namespace maf_sandbox {
 
 namespace {
