@@ -16,6 +16,7 @@
 #include "async_mutex.hpp"
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/acas/client.hpp"
+#include "maf_sandbox/core/paths.hpp"
 
 namespace spdlog {
 class logger;
@@ -161,6 +162,8 @@ class AcasSandbox : public Sandbox {
     const std::string& id() const { return held_->id; }
     // The unconfined, no-follow stat the ancestor walk runs on (absolute path).
     Task<std::optional<SandboxEntry>> raw_stat(std::string absolute_path, Deadline deadline);
+    // raw_stat bound to one deadline: the unconfined, no-follow stat the ancestor walk takes.
+    NoFollowStat no_follow_stat(Deadline deadline);
 
   private:
     void require_usable() const;

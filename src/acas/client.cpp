@@ -50,22 +50,6 @@ std::string new_request_id() {
         b[14], b[15]);
 }
 
-std::string query_encode(std::string_view text) {
-    static constexpr char kHex[] = "0123456789ABCDEF";
-    std::string out;
-    for (unsigned char c : text) {
-        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-            c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
-            out.push_back(static_cast<char>(c));
-        } else {
-            out.push_back('%');
-            out.push_back(kHex[c >> 4]);
-            out.push_back(kHex[c & 0x0f]);
-        }
-    }
-    return out;
-}
-
 std::optional<Seconds> retry_after_of(const net::HttpResponse& response) {
     for (const char* name : {"retry-after-ms", "x-ms-retry-after-ms"}) {
         if (const auto value = response.headers.get(name)) {

@@ -16,7 +16,6 @@ enum class Replay { idempotent, throttle_only, exec };
 
 namespace detail {
 std::string new_request_id();
-std::string query_encode(std::string_view text);
 std::optional<Seconds> retry_after_of(const net::HttpResponse& response);
 bool is_retryable_status(int status);
 std::string problem_code(const std::string& body);

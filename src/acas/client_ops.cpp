@@ -36,7 +36,7 @@ json::value parse_json(const net::HttpResponse& response, std::string_view what)
 }
 
 std::string path_query(std::string_view path) {
-    return "path=" + detail::query_encode(path);
+    return "path=" + net::percent_encode(path, true);
 }
 
 bool state_is(const std::string& state, std::string_view wanted) {
@@ -86,7 +86,7 @@ Task<std::vector<SandboxInfo>> AcasClient::list_sandboxes(std::map<std::string, 
         selector += key + "=" + value;
     }
     std::string next =
-        url("/sandboxes", selector.empty() ? "" : "labels=" + detail::query_encode(selector));
+        url("/sandboxes", selector.empty() ? "" : "labels=" + net::percent_encode(selector, true));
     std::vector<SandboxInfo> out;
     for (int page = 0; !next.empty(); ++page) {
         if (page > 1000) {

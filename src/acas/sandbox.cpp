@@ -187,6 +187,10 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
     std::rethrow_exception(failure);
 }
 
+NoFollowStat AcasSandbox::no_follow_stat(Deadline deadline) {
+    return [this, deadline](std::string path) { return raw_stat(std::move(path), deadline); };
+}
+
 Task<std::optional<SandboxEntry>> AcasSandbox::raw_stat(std::string absolute_path,
                                                         Deadline deadline) {
     auto lease = co_await state_->lease(held_->binding);
@@ -203,9 +207,7 @@ Task<void> AcasSandbox::write_file(std::string path, std::string content,
     require_usable();
     const auto wd = resolve_working_directory(working_directory, held_->base);
     const auto deadline = deadline_after(state_->config.read_timeout);
-    NoFollowStat stat = [this, deadline](std::string p) {
-        return raw_stat(std::move(p), deadline);
-    };
+    const auto stat = no_follow_stat(deadline);
     const auto target = co_await confine_guest_write_path(stat, path, wd);
     // Always as the guest: no probe or guest output can select the host file plane.
     co_await write_file_over_exec(*this, target, std::move(content), "/",
@@ -219,9 +221,7 @@ Task<std::optional<SandboxEntry>> AcasSandbox::stat_file(std::string path,
     const auto wd = resolve_working_directory(working_directory, held_->base);
     const auto absolute = confine_guest_path(path, wd);
     const auto deadline = deadline_after(state_->config.read_timeout);
-    NoFollowStat stat = [this, deadline](std::string p) {
-        return raw_stat(std::move(p), deadline);
-    };
+    const auto stat = no_follow_stat(deadline);
     co_await refuse_symlinked_ancestors(stat, absolute, wd);
     auto entry = co_await raw_stat(absolute, deadline);
     if (!entry)
@@ -237,9 +237,7 @@ Task<std::string> AcasSandbox::read_file(std::string path, std::string working_d
     const auto wd = resolve_working_directory(working_directory, held_->base);
     const auto absolute = confine_guest_path(path, wd);
     const auto deadline = deadline_after(state_->config.read_timeout);
-    NoFollowStat stat = [this, deadline](std::string p) {
-        return raw_stat(std::move(p), deadline);
-    };
+    const auto stat = no_follow_stat(deadline);
     co_await refuse_symlinked_ancestors(stat, absolute, wd);
     const auto entry = co_await raw_stat(absolute, deadline);
     if (!entry)
@@ -283,9 +281,7 @@ Task<std::vector<SandboxEntry>> AcasSandbox::list_dir(std::string path,
     const auto wd = resolve_working_directory(working_directory, held_->base);
     const auto absolute = confine_guest_path(path, wd);
     const auto deadline = deadline_after(state_->config.read_timeout);
-    NoFollowStat stat = [this, deadline](std::string p) {
-        return raw_stat(std::move(p), deadline);
-    };
+    const auto stat = no_follow_stat(deadline);
     co_await refuse_symlinked_ancestors(stat, absolute, wd, true);
     const auto self = co_await raw_stat(absolute, deadline);
     if (!self)
@@ -331,9 +327,7 @@ Task<void> AcasSandbox::remove(std::string path, std::string working_directory, 
         throw ConfinementEscape("refusing to remove the working directory itself");
     }
     const auto deadline = deadline_after(state_->config.read_timeout);
-    NoFollowStat stat = [this, deadline](std::string p) {
-        return raw_stat(std::move(p), deadline);
-    };
+    const auto stat = no_follow_stat(deadline);
     co_await refuse_symlinked_ancestors(stat, absolute, wd);
     const auto entry = co_await raw_stat(absolute, deadline);
     if (!entry)

@@ -32,16 +32,16 @@ class ManagedIdentityCredential : public TokenCredential {
             detail::require_secure_endpoint(*endpoint, "IDENTITY_ENDPOINT");
             request.target = fmt::format("{}{}api-version=2019-08-01&resource={}", *endpoint,
                                          endpoint->find('?') == std::string::npos ? "?" : "&",
-                                         detail::url_encode(resource));
+                                         net::percent_encode(resource));
             request.headers.set("X-IDENTITY-HEADER", *header);
         } else {
             request.target = fmt::format("{}?api-version=2018-02-01&resource={}", imds_endpoint(),
-                                         detail::url_encode(resource));
+                                         net::percent_encode(resource));
             request.headers.set("Metadata", "true");
             probing_imds = !imds_seen_;
         }
         if (client_id_) {
-            request.target += "&client_id=" + detail::url_encode(*client_id_);
+            request.target += "&client_id=" + net::percent_encode(*client_id_);
         }
         net::HttpResponse response;
         try {

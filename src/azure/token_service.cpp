@@ -97,29 +97,13 @@ std::string resource_of(const std::vector<std::string>& scopes) {
     return resource;
 }
 
-std::string url_encode(std::string_view text) {
-    static constexpr char kHex[] = "0123456789ABCDEF";
-    std::string out;
-    for (unsigned char c : text) {
-        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-            c == '-' || c == '_' || c == '.' || c == '~') {
-            out.push_back(static_cast<char>(c));
-        } else {
-            out.push_back('%');
-            out.push_back(kHex[c >> 4]);
-            out.push_back(kHex[c & 0x0f]);
-        }
-    }
-    return out;
-}
-
 std::string form_encode(const std::map<std::string, std::string>& fields) {
     std::string body;
     for (const auto& [name, value] : fields) {
         if (!body.empty()) {
             body.push_back('&');
         }
-        body += url_encode(name) + "=" + url_encode(value);
+        body += net::percent_encode(name) + "=" + net::percent_encode(value);
     }
     return body;
 }

@@ -23,7 +23,6 @@ std::string authority_host(const CredentialOptions& options);
 std::string resource_of(const std::vector<std::string>& scopes);
 
 std::string form_encode(const std::map<std::string, std::string>& fields);
-std::string url_encode(std::string_view text);
 
 // A client for token endpoints, trusting options.ca_file in addition to the system store.
 std::unique_ptr<net::HttpClient> make_token_client(boost::asio::any_io_executor executor,

@@ -103,6 +103,22 @@ ParsedUrl parse_http_url(std::string_view url) {
     return out;
 }
 
+std::string percent_encode(std::string_view text, bool keep_slash) {
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    std::string out;
+    for (unsigned char c : text) {
+        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+            out.push_back(static_cast<char>(c));
+        } else {
+            out.push_back('%');
+            out.push_back(kHex[c >> 4]);
+            out.push_back(kHex[c & 0x0f]);
+        }
+    }
+    return out;
+}
+
 bool is_loopback_host(std::string_view host) noexcept {
     if (iequals(host, "localhost")) {
         return true;

@@ -119,6 +119,10 @@ struct ParsedUrl {
 // scheme, userinfo, an empty host).
 ParsedUrl parse_http_url(std::string_view url);
 
+// RFC 3986 percent-encoding: the unreserved characters (A-Z a-z 0-9 - _ . ~) stay, and so does
+// '/' when `keep_slash` (a path inside a query value); every other byte becomes %XX.
+std::string percent_encode(std::string_view text, bool keep_slash = false);
+
 // True for "localhost", 127.0.0.0/8 and ::1.
 bool is_loopback_host(std::string_view host) noexcept;
 
