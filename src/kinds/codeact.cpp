@@ -32,6 +32,24 @@ std::string listing_hint(const std::vector<std::string>& names) {
     return fmt::format("Use only names the store lists: {}.", shown);
 }
 
+// A failure that arrives while the call is being cancelled belongs to the canceller, so it is
+// rethrown. Any other is logged with its type: the model gets a fixed sentence, the operator the
+// reason.
+Task<void> log_unless_cancelled(std::exception_ptr error, spdlog::logger& log,
+                                const std::string& what) {
+    auto state = co_await boost::asio::this_coro::cancellation_state;
+    if (state.cancelled() != boost::asio::cancellation_type::none) {
+        std::rethrow_exception(error);
+    }
+    try {
+        std::rethrow_exception(error);
+    } catch (const Error& e) {
+        log.error("{}: {}: {}", what, e.type_name(), e.what());
+    } catch (const std::exception& e) {
+        log.error("{}: {}", what, e.what());
+    }
+}
+
 // A fixed sentence for an output that could not be landed; the typed reason goes to the log.
 std::pair<CallFailure, std::string> landing_sentence(const std::exception_ptr& error) {
     try {
@@ -184,16 +202,9 @@ struct CodeActTool::Impl {
         } catch (...) {
             error = std::current_exception();
         }
-        auto state = co_await boost::asio::this_coro::cancellation_state;
-        if (state.cancelled() != boost::asio::cancellation_type::none) {
-            std::rethrow_exception(error);
-        }
-        try {
-            std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-            binding.log->error("{}: writing {} into the sandbox failed: {}", binding.tool_name,
-                               name, e.what());
-        }
+        const auto what =
+            fmt::format("{}: writing {} into the sandbox failed", binding.tool_name, name);
+        co_await log_unless_cancelled(error, *binding.log, what);
         result.failure = CallFailure::infrastructure;
         result.message = fmt::format(
             "Could not write '{}' into the sandbox, so nothing ran. Try again; if it keeps "
@@ -217,18 +228,8 @@ struct CodeActTool::Impl {
         } catch (...) {
             error = std::current_exception();
         }
-        auto state = co_await boost::asio::this_coro::cancellation_state;
-        if (state.cancelled() != boost::asio::cancellation_type::none) {
-            std::rethrow_exception(error);
-        }
-        try {
-            std::rethrow_exception(error);
-        } catch (const Error& e) {
-            binding.log->error("{}: landing outputs failed: {}: {}", binding.tool_name,
-                               e.type_name(), e.what());
-        } catch (const std::exception& e) {
-            binding.log->error("{}: landing outputs failed: {}", binding.tool_name, e.what());
-        }
+        const auto what = fmt::format("{}: landing outputs failed", binding.tool_name);
+        co_await log_unless_cancelled(error, *binding.log, what);
         auto [failure, message] = landing_sentence(error);
         result.failure = failure;
         result.message = std::move(message);

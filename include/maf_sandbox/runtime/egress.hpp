@@ -1,0 +1,98 @@
+// Egress for a local sandbox: the policy a spec asks for, the allowlist rules it compiles to, and
+// the egress proxy that enforces `allowlist`.
+//
+// The proxy runs outside the sandbox, in the host's network namespace, as its own process. The
+// guest reaches it only through one TCP listener that the sandbox's PID 1 creates on
+// 127.0.0.1:kGuestProxyPort inside the sandbox's otherwise empty network namespace and hands over
+// (SCM_RIGHTS): a socket stays in the namespace it was created in, so the guest connects locally
+// and the proxy's outbound connections leave from the host. When the proxy dies the listener dies
+// with it and the guest's connects are refused: it fails closed, never open.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json/value.hpp>
+
+#include "maf_sandbox/core/vocabulary.hpp"
+
+namespace maf_sandbox::runtime {
+
+// The port the guest's http_proxy / https_proxy (both cases) point at, on 127.0.0.1.
+inline constexpr std::uint16_t kGuestProxyPort = 3128;
+
+// One compiled egress_allow entry. `example.com` allows exactly that host, `*.example.com` any
+// name strictly below it; a bare host allows ports 80 and 443, `HOST:PORT` exactly that port.
+// Names are kept lower-case; matching is case-insensitive and ignores one trailing dot.
+struct EgressRule {
+    std::string host;  // without the "*." of a wildcard
+    bool wildcard = false;
+    std::vector<std::uint16_t> ports;
+
+    bool matches(std::string_view host, std::uint16_t port) const;
+};
+
+// Throws InvalidArgument naming the entry when one is malformed (empty, a scheme or path, a bad
+// port, a wildcard anywhere but the first label, an IP literal).
+std::vector<EgressRule> compile_allowlist(const std::vector<std::string>& egress_allow);
+
+// The policy a sandbox was created with. Two policies are the same when their modes are equal and
+// their allowlists are equal as case-insensitive, order-insensitive sets.
+struct EgressPolicy {
+    Egress mode = Egress::closed;
+    std::vector<std::string> allow;  // canonical: lower-cased, sorted, deduplicated
+
+    static EgressPolicy make(Egress mode, const std::vector<std::string>& egress_allow);
+    bool operator==(const EgressPolicy& other) const = default;
+
+    boost::json::value to_json() const;
+    static EgressPolicy from_json(const boost::json::value& json);
+};
+
+// One proxy decision, as the per-sandbox decision log records it (one JSON object per line).
+struct EgressDecision {
+    std::chrono::system_clock::time_point time;
+    std::string method;  // "CONNECT", "GET", ...
+    std::string host;    // as the guest named it
+    std::uint16_t port = 0;
+    bool allowed = false;
+    std::string reason;  // why it was refused ("host not in allowlist", "sni mismatch", ...)
+};
+
+// Reads a decision log; a missing file is an empty log. A torn last line is skipped.
+std::vector<EgressDecision> read_egress_decisions(const std::filesystem::path& log);
+
+// Operator switches no spec can set (read by the backend's config, passed down to the proxy).
+struct EgressOperatorOptions {
+    // MAF_SANDBOX_EGRESS_HOSTS_FILE: a hosts-format file consulted before DNS.
+    std::optional<std::filesystem::path> hosts_file;
+    // MAF_SANDBOX_EGRESS_ALLOW_PRIVATE=1: lets the proxy connect to loopback, link-local, private
+    // and metadata addresses (where a test's own hosts live).
+    bool allow_private = false;
+
+    // From the two environment variables of the calling process.
+    static EgressOperatorOptions from_environment();
+    boost::json::value to_json() const;
+    static EgressOperatorOptions from_json(const boost::json::value& json);
+};
+
+struct EgressProxyOptions {
+    std::vector<EgressRule> rules;
+    EgressOperatorOptions operator_options;
+    std::filesystem::path decision_log;  // appended to, one JSON line per decision
+    std::chrono::milliseconds connect_timeout{10000};
+    std::chrono::milliseconds header_timeout{30000};  // for the request head / ClientHello
+};
+
+// Serves the proxy on `listener` (a listening TCP socket, owned from here on) until `lifetime_fd`
+// becomes readable or hangs up (a pidfd of the sandbox's PID 1, or a pipe whose writer is the
+// sandbox) and returns the process's exit status. Blocking: runs its own io_context. Used by the
+// supervisor's host-side half in the proxy process it forks, and by tests.
+int run_egress_proxy(int listener, int lifetime_fd, const EgressProxyOptions& options);
+
+}  // namespace maf_sandbox::runtime
