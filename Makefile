@@ -1,6 +1,8 @@
 # The README's two commands: `make demo` and `make test`. Both install what they need first.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 15
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 BACKEND    ?= acas
@@ -10,7 +12,7 @@ BACKEND    ?= acas
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all bootstrap build build-asan demo test test-main test-asan format clean bench
+.PHONY: all bootstrap build build-asan demo test test-main test-asan format clean bench fuzz
 
 all: build
 
@@ -33,19 +35,27 @@ demo: build
 	@BACKEND=$(BACKEND) scripts/demo $(BUILD)
 
 test: build build-asan
-	$(MAKE) --no-print-directory test-main test-asan
+	$(MAKE) --no-print-directory test-main test-asan fuzz
 
 test-main:
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE live
 
 test-asan:
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L unit
+
+# libFuzzer targets (fuzz/), clang with ASan and UBSan, each run FUZZ_SECONDS from its seed corpus.
+$(FUZZ_BUILD)/build.ninja:
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DMAF_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ -DMAF_BENCH=OFF
+
+fuzz: bootstrap $(FUZZ_BUILD)/build.ninja
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 format:
 	git ls-files '*.cpp' '*.hpp' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
 
 # Benchmarks (not tests): baselines and ours side by side in one run, ratios printed last.
 bench: build

@@ -28,13 +28,15 @@ endfunction()
 # maf_tests(NAME LABELS ... DEPS ...): one GoogleTest executable from this folder's *.cpp,
 # registered with CTest test by test. `unit` tests also run under the sanitizers.
 function(maf_tests name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "LABELS;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;TEST_PREFIX" "LABELS;DEPS" ${ARGN})
   file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
   add_executable(${name} ${sources})
   target_link_libraries(${name} PRIVATE maf_flags ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
-  gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+  # TEST_PREFIX (optional) names a battery in CTest, e.g. `ctest -R security`.
+  gtest_discover_tests(${name} TEST_PREFIX "${ARG_TEST_PREFIX}"
+                       PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
                        DISCOVERY_TIMEOUT 60)
 endfunction()

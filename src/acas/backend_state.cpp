@@ -13,6 +13,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cctype>
+#include <optional>
 
 #include "maf_sandbox/acas/errors.hpp"
 #include "maf_sandbox/net/http.hpp"
@@ -81,6 +82,26 @@ AcasBackend::State::Operation::~Operation() {
     --state_->active;
 }
 
+namespace {
+// The resolver's answer or its failure, as a value: `||` below waits for the first operation to
+// *succeed*, so a resolver that throws at once must not leave it waiting out client_wait.
+struct ResolverOutcome {
+    std::optional<AcasCredentialBinding> binding;
+    std::exception_ptr failure;
+};
+
+Task<ResolverOutcome> ask(const AcasCredentialResolver& resolver, AcasCredentialRequest request) {
+    std::exception_ptr failure;
+    try {
+        auto binding = co_await resolver(std::move(request));
+        co_return ResolverOutcome{std::move(binding), nullptr};
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    co_return ResolverOutcome{std::nullopt, failure};
+}
+}  // namespace
+
 Task<Binding> AcasBackend::State::resolve(AcasCredentialRequest request) {
     if (!config.credential_resolver) {
         Binding binding{"default", "0", {}};
@@ -102,14 +123,18 @@ Task<Binding> AcasBackend::State::resolve(AcasCredentialRequest request) {
     AcasCredentialBinding answer;
     try {
         using namespace asio::experimental::awaitable_operators;
-        auto outcome = co_await (config.credential_resolver(std::move(request)) ||
-                                 bound.async_wait(asio::use_awaitable));
+        auto asked = ask(config.credential_resolver, std::move(request));
+        auto waited = bound.async_wait(asio::use_awaitable);
+        auto outcome = co_await (std::move(asked) || std::move(waited));
         if (outcome.index() == 1) {
             throw AcasCredentialError(
                 "the host's credential resolver did not answer within client_wait_seconds; no "
                 "fallback to the default identity is made");
         }
-        answer = std::get<0>(std::move(outcome));
+        auto resolved = std::get<0>(std::move(outcome));
+        if (resolved.failure)
+            std::rethrow_exception(resolved.failure);
+        answer = std::move(*resolved.binding);
     } catch (const AcasCredentialError&) {
         throw;
     } catch (const boost::system::system_error&) {
@@ -139,6 +164,20 @@ Task<ClientLease> AcasBackend::State::lease(const Binding& binding) {
                 throw AcasBackendClosed(
                     "this ACAS backend was closed and refuses new work; create a new backend");
             }
+            // Time-based idle eviction, on this io_context only (a client is closed where it
+            // lives). It closes clients; sandboxes and held handles are untouched.
+            const auto now = SteadyClock::now();
+            const auto idle_for =
+                std::chrono::duration_cast<SteadyClock::duration>(config.client_idle);
+            std::erase_if(pool, [&](const std::shared_ptr<PoolEntry>& entry) {
+                if (entry->context != context || entry->leases > 0 ||
+                    now - entry->last_used < idle_for) {
+                    return false;
+                }
+                requests_of_closed_clients += entry->client->stats().requests;
+                entry->client->close();
+                return true;
+            });
             std::shared_ptr<PoolEntry> idle_oldest;
             std::size_t on_loop = 0;
             for (const auto& entry : pool) {
@@ -198,6 +237,30 @@ Task<ClientLease> AcasBackend::State::lease(const Binding& binding) {
         pause.expires_after(std::chrono::milliseconds(20));
         co_await pause.async_wait(asio::use_awaitable);
     }
+}
+
+bool AcasBackend::State::image_hint_refuses(const std::string& image) {
+    std::lock_guard lock(mutex);
+    const auto found = image_hints.find(image);
+    if (found == image_hints.end())
+        return false;
+    if (SteadyClock::now() >= found->second.expires) {
+        image_hints.erase(found);
+        return false;
+    }
+    return found->second.refused;
+}
+
+void AcasBackend::State::record_image_verdict(const std::string& image, std::uint64_t generation,
+                                              bool refused) {
+    if (image.empty())
+        return;
+    std::lock_guard lock(mutex);
+    const auto found = image_hints.find(image);
+    if (found != image_hints.end() && found->second.generation > generation)
+        return;  // a probe that started later already answered
+    const auto ttl = std::chrono::duration_cast<SteadyClock::duration>(config.image_hint);
+    image_hints[image] = ImageHint{SteadyClock::now() + ttl, generation, refused};
 }
 
 std::shared_ptr<detail::AsyncMutex> AcasBackend::State::lock_for(const SlotKey& slot) {

@@ -47,6 +47,9 @@ struct HeldSandbox {
     SandboxKey key;
     std::string kind;
     std::string base;
+    // The create source ("prebuilt:<name>" or "disk:<id>") the image hint is keyed by; empty for
+    // a sandbox adopted from the service (its image is unknown, so it sets no hint).
+    std::string image;
     EgressRecord egress;
     Binding binding;
     std::atomic<bool> invalidated{false};
@@ -76,6 +79,21 @@ struct AcasBackend::State : std::enable_shared_from_this<AcasBackend::State> {
     std::optional<Isolation> rung;
     std::set<std::string> prebuilt_cache;
     std::map<std::string, std::string> disk_image_cache;
+
+    // The image-level hint of the removal probe (README: "an image-level hint can refuse before a
+    // create for 60 seconds from its completed probe"). Only a completed probe writes it, and only
+    // when it started after the probe that wrote the current entry (generation order), so a
+    // refusal served from the hint never extends it.
+    struct ImageHint {
+        SteadyClock::time_point expires;
+        std::uint64_t generation = 0;
+        bool refused = false;
+    };
+    std::map<std::string, ImageHint> image_hints;
+    std::uint64_t probe_generation = 0;
+    // The live refusal for `image`, if any (an expired one is dropped).
+    bool image_hint_refuses(const std::string& image);
+    void record_image_verdict(const std::string& image, std::uint64_t generation, bool refused);
     bool closed = false;
     int active = 0;
 

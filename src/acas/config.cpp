@@ -32,7 +32,9 @@ void AcasSandboxConfig::validate() const {
                                       {probe_timeout, "probe_timeout"},
                                       {poll_interval, "poll_interval"},
                                       {client_wait, "client_wait_seconds"},
-                                      {client_close, "client_close_seconds"}}) {
+                                      {client_close, "client_close_seconds"},
+                                      {client_idle, "client_idle_seconds"},
+                                      {image_hint, "image_hint_seconds"}}) {
         if (!(value.count() > 0)) {
             throw InvalidArgument(fmt::format("{} must be positive", what));
         }

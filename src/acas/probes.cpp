@@ -114,6 +114,16 @@ Task<void> run_acquire_probes(AcasBackend::State& state, AcasClient& client,
             result = co_await sandbox.exec(std::move(request));
         } catch (const SandboxCapabilityNotSupported&) {
             throw;
+        } catch (const AcasServiceError&) {
+            throw;  // the service, not the image: the host must see the real cause
+        } catch (const AcasServiceUnreachable&) {
+            throw;
+        } catch (const AcasRequestOutcomeUnknown&) {
+            throw;
+        } catch (const AcasCredentialError&) {
+            throw;
+        } catch (const Timeout&) {
+            throw;
         } catch (const std::exception& e) {
             throw SandboxCapabilityNotSupported(fmt::format(
                 "the guest cannot run bounded output capture ({}); it needs sh mkdir mkfifo head "
@@ -151,10 +161,20 @@ Task<void> run_acquire_probes(AcasBackend::State& state, AcasClient& client,
             std::lock_guard lock(held->probe_mutex);
             verdict = held->removal_verdict;
         } else {
+            std::uint64_t generation = 0;
+            {
+                std::lock_guard lock(state.mutex);
+                generation = ++state.probe_generation;
+            }
             verdict = co_await removal_probe(client, held->id, deadline, *state.log);
-            std::lock_guard lock(held->probe_mutex);
-            held->removal_probed = true;
-            held->removal_verdict = verdict;
+            {
+                std::lock_guard lock(held->probe_mutex);
+                held->removal_probed = true;
+                held->removal_verdict = verdict;
+            }
+            // Only a completed verdict informs the image; an inconclusive one says nothing.
+            if (verdict)
+                state.record_image_verdict(held->image, generation, !*verdict);
         }
         if (verdict == false) {
             if (needs(spec, Capability::files_out) || needs(spec, Capability::host_tools)) {

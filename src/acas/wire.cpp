@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "maf_sandbox/acas/errors.hpp"
 #include "maf_sandbox/net/http.hpp"
 
@@ -128,7 +130,11 @@ ExecAnswer parse_exec_answer(const json::value& value) {
     if (const auto* code = object.if_contains("exitCode"); code && !code->is_null()) {
         if (!code->is_int64())
             malformed("exec exitCode is not an integer");
-        answer.exit_code = static_cast<int>(code->as_int64());
+        // A wider value would wrap (4294967296 would read as 0, a success): refuse it instead.
+        const auto wide = code->as_int64();
+        if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max())
+            malformed(fmt::format("exec exitCode {} is out of range", wide));
+        answer.exit_code = static_cast<int>(wide);
     }
     return answer;
 }

@@ -39,6 +39,11 @@ std::shared_ptr<maf_sandbox::SandboxBackend> make_acas_backend(const BackendOpti
     if (auto token = or_environment(options.token, "ACAS_SANDBOX_TOKEN"); !token.empty())
         config.token = token;
     config.emulator = options.emulator;
+    if (config.emulator_mode()) {
+        // An emulator is a local process that answers at once; the service's 3-second poll
+        // would only make every create and delete wait.
+        config.poll_interval = Seconds{0.2};
+    }
     auto backend = std::make_shared<acas::AcasBackend>(std::move(config));
     if (backend->isolation() == Isolation::none) {
         // Emulator mode: learn the rung the emulator names before any router reads isolation().
@@ -54,7 +59,9 @@ std::shared_ptr<maf_sandbox::SandboxBackend> make_backend(const std::string& nam
         return std::make_shared<InProcessSandboxBackend>();
     }
     if (name == kLocal) {
-        return std::make_shared<local::LocalBackend>();
+        local::LocalBackendConfig config;
+        config.egress_operator = runtime::EgressOperatorOptions::from_environment();
+        return std::make_shared<local::LocalBackend>(std::move(config));
     }
     if (name == kAcas) {
         return make_acas_backend(BackendOptions{});

@@ -1,15 +1,16 @@
 // `maf-sandbox check`: would the router attach this spec? Runs exactly the router's construction
 // and attach checks (SandboxRouter::ensure_can_serve) against the named backends' declarations,
 // without acquiring anything.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #include "backends.hpp"
@@ -38,16 +39,66 @@ struct CheckInput {
     std::vector<std::shared_ptr<SandboxBackend>> backends;
 };
 
+// A spec is a small JSON document: anything larger is a mistake (or /dev/zero), not a spec.
+constexpr std::size_t kMaxSpecBytes = 1024 * 1024;
+
+// Reads at most kMaxSpecBytes from `fd`; refuses a longer input without reading the rest.
+std::string read_capped(int fd, const std::string& shown) {
+    std::string content;
+    char chunk[65536];
+    for (;;) {
+        const auto n = ::read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            throw InvalidArgument(fmt::format(
+                "option '--spec': cannot read '{}': {}; pass the path of a readable JSON file",
+                shown, std::strerror(errno)));
+        }
+        if (n == 0) {
+            return content;
+        }
+        content.append(chunk, static_cast<std::size_t>(n));
+        if (content.size() > kMaxSpecBytes) {
+            throw InvalidArgument(fmt::format(
+                "option '--spec': '{}' is larger than the {} byte (1 MiB) limit for a spec; pass "
+                "a smaller JSON file",
+                shown, kMaxSpecBytes));
+        }
+    }
+}
+
+// A regular file, or `-` for standard input: never a device, FIFO or directory (which may never
+// end, or block before the first byte).
 std::string read_spec_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
+    if (path == "-") {
+        return read_capped(STDIN_FILENO, "standard input");
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
         throw InvalidArgument(fmt::format(
             "option '--spec': cannot read '{}': {}; pass the path of a readable JSON file", path,
             std::strerror(errno)));
     }
-    std::ostringstream content;
-    content << in.rdbuf();
-    return content.str();
+    struct FdCloser {
+        int fd;
+        ~FdCloser() { ::close(fd); }
+    } closer{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        throw InvalidArgument(fmt::format(
+            "option '--spec': '{}' is not a regular file; pass a JSON file, or - for standard "
+            "input",
+            path));
+    }
+    if (static_cast<std::uint64_t>(st.st_size) > kMaxSpecBytes) {
+        throw InvalidArgument(fmt::format(
+            "option '--spec': '{}' is larger than the {} byte (1 MiB) limit for a spec; pass a "
+            "smaller JSON file",
+            path, kMaxSpecBytes));
+    }
+    return read_capped(fd, path);
 }
 
 // Everything the user typed, validated before any policy check runs: a bad floor, spec or
@@ -116,7 +167,8 @@ void add_check_command(CLI::App& app, Context& context) {
     command
         ->add_option("--spec", options->spec_path,
                      "The spec as JSON (protocol.md 2.5 field names, snake_case; `requires` "
-                     "for the required capabilities; enums as lowercase strings)")
+                     "for the required capabilities; enums as lowercase strings): a regular "
+                     "file of at most 1 MiB, or - for standard input")
         ->required();
     command
         ->add_option("--floor", options->floor,

@@ -23,8 +23,10 @@ struct Context {
     int exit_code = kExitOk;
 };
 
+void add_bench_command(CLI::App& app, Context& context);  // bench (issue 9)
 void add_check_command(CLI::App& app, Context& context);
 void add_conformance_command(CLI::App& app, Context& context);
+void add_egress_command(CLI::App& app, Context& context);  // egress-log
 void add_images_command(CLI::App& app, Context& context);
 void add_local_commands(CLI::App& app, Context& context);  // run exec ls rm purge gc
 void add_mcp_command(CLI::App& app, Context& context);

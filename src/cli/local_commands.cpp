@@ -1,4 +1,5 @@
-// `maf-sandbox run | exec | ls | rm | purge | gc`: the local runtime from the command line.
+// `maf-sandbox run | exec | ls | rm | purge | gc`: sandboxes from the command line, on the local
+// runtime (`--backend local`, the default) or on ACAS (`--backend acas`; gc is local only).
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
@@ -9,7 +10,9 @@
 #include <random>
 #include <sstream>
 
+#include "backends.hpp"
 #include "cli.hpp"
+#include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
@@ -21,24 +24,38 @@ namespace maf_sandbox::cli {
 
 namespace {
 
+constexpr const char* kLocal = "local";
+constexpr const char* kAcas = "acas";
+
 struct LocalOptions {
-    std::string backend = "local";
+    std::string backend = kLocal;
     std::string floor = "microvm";
-    std::string image = "host";
+    std::string image;  // default: host (local), default_image_for() (acas)
     std::uint64_t max_output = 1 << 20;
     std::optional<std::uint64_t> disk, memory, pids;
     double timeout = 60.0;
     std::vector<std::string> inputs, outputs;
     std::string out_dir = ".";
     std::string scope, thread, agent = "cli", kind = "shell";
+    std::string egress = "closed";
+    std::vector<std::string> allow;
     std::vector<std::string> command;
     std::vector<std::string> labels;
     bool json = false;
     std::vector<std::string> ids;
+    BackendOptions backend_options;
 };
 
+void require_known_backend(const LocalOptions& options) {
+    if (options.backend != kLocal && options.backend != kAcas) {
+        throw InvalidArgument(
+            fmt::format("--backend {} is not supported here; use --backend local or --backend acas",
+                        options.backend));
+    }
+}
+
 void require_local(const LocalOptions& options) {
-    if (options.backend != "local") {
+    if (options.backend != kLocal) {
         throw InvalidArgument(
             fmt::format("this command manages local sandboxes only; --backend {} is not supported "
                         "here (use --backend local)",
@@ -47,17 +64,19 @@ void require_local(const LocalOptions& options) {
 }
 
 // Every command that acquires goes through the router, whose default floor is microvm: the local
-// backend is a container backend, so the user consents with --floor container (or lower).
-SandboxRouter local_router(std::shared_ptr<local::LocalBackend> backend,
-                           const LocalOptions& options, const Context& context) {
+// backend is a container backend (and the acas-emulator names its own rung), so the user consents
+// with --floor <rung> (or lower).
+SandboxRouter router_for(std::shared_ptr<SandboxBackend> backend, const LocalOptions& options,
+                         const Context& context) {
     SandboxRouterOptions router_options;
     router_options.min_isolation = parse_isolation(options.floor);
     router_options.log = context.log;
     if (!meets_floor(backend->isolation(), router_options.min_isolation)) {
+        const auto rung = to_string(backend->isolation());
         throw SandboxBackendNotPermitted(fmt::format(
-            "--backend local provides isolation 'container', below the floor '{}' (the router's "
-            "default is microvm); to consent to container isolation pass --floor container",
-            options.floor));
+            "--backend {} provides isolation '{}', below the floor '{}' (the router's default is "
+            "microvm); to consent to {} isolation pass --floor {}",
+            options.backend, rung, options.floor, rung, rung));
     }
     return SandboxRouter({std::move(backend)}, router_options);
 }
@@ -74,14 +93,69 @@ local::LocalBackendConfig config_from(const LocalOptions& options) {
         config.disk_bytes = *options.disk;
     }
     config.default_max_output_bytes = options.max_output;
+    // Operator-only switches for tests (a hosts file, private addresses): never from a spec.
+    config.egress_operator = runtime::EgressOperatorOptions::from_environment();
     return config;
 }
 
+std::shared_ptr<SandboxBackend> open_backend(const LocalOptions& options) {
+    require_known_backend(options);
+    if (options.backend == kLocal) {
+        return std::make_shared<local::LocalBackend>(config_from(options));
+    }
+    if (options.disk || options.memory || options.pids) {
+        throw InvalidArgument(
+            "--disk, --memory and --pids size local sandboxes; the ACAS service sizes its own, so "
+            "drop them with --backend acas");
+    }
+    return make_backend(kAcas, options.backend_options);
+}
+
+std::shared_ptr<acas::AcasBackend> open_acas(const LocalOptions& options) {
+    return std::dynamic_pointer_cast<acas::AcasBackend>(
+        make_backend(kAcas, options.backend_options));
+}
+
+SandboxSpecFields spec_fields(const LocalOptions& options, const SandboxBackend& backend) {
+    SandboxSpecFields fields;
+    fields.image = options.image;
+    if (fields.image->empty()) {
+        fields.image = options.backend == kLocal ? "host" : default_image_for(backend);
+    }
+    fields.egress = parse_egress(options.egress);
+    fields.egress_allow = options.allow;
+    fields.requires_capabilities = {Capability::exec};
+    return fields;
+}
+
+// ACAS clients live on the io_context they were made on: every call of one command shares one,
+// and the backend is closed on it (which never touches a sandbox).
+void close_backend(boost::asio::io_context& io, SandboxBackend& backend, const Context& context) {
+    if (backend.name() != kAcas)
+        return;
+    try {
+        run_blocking(io, backend.close());
+    } catch (const std::exception& e) {
+        context.log->warn("closing the acas backend: {}", e.what());
+    }
+}
+
 void add_limit_flags(CLI::App& command, LocalOptions& options) {
-    command.add_option("--backend", options.backend, "local (default)");
+    command.add_option("--backend", options.backend, "local (default) or acas");
     command.add_option("--floor", options.floor,
-                       "Isolation floor; local needs --floor container or lower");
-    command.add_option("--image", options.image, "Guest image (default host)");
+                       "Isolation floor; local needs --floor container or lower, an acas-emulator "
+                       "the rung it names");
+    command.add_option("--image", options.image,
+                       "Guest image (default host; with acas: host on an emulator, else ubuntu)");
+    command.add_option("--egress", options.egress,
+                       "Network egress: closed (default), allowlist or unrestricted; refused "
+                       "unless the backend enforces it");
+    // One value per occurrence: a repeatable option must not swallow the command after `--`.
+    command
+        .add_option("--allow", options.allow,
+                    "HOST the sandbox may reach (repeatable; needs --egress allowlist)")
+        ->allow_extra_args(false);
+    add_backend_options(command, options.backend_options);
     command
         .add_option("--max-output", options.max_output,
                     "Per-stream output cap in bytes (default 1 MiB)")
@@ -97,13 +171,13 @@ void add_limit_flags(CLI::App& command, LocalOptions& options) {
 }
 
 // Runs the command and prints its streams; returns its exit code.
-int run_in(Sandbox& sandbox, const LocalOptions& options) {
+int run_in(boost::asio::io_context& io, Sandbox& sandbox, const LocalOptions& options) {
     ExecRequest request;
     request.command = options.command;
     request.timeout = Seconds(options.timeout);
     request.max_output_bytes = options.max_output;
     try {
-        const auto result = run_blocking(sandbox.exec(request));
+        const auto result = run_blocking(io, sandbox.exec(request));
         std::cout << result.stdout_bytes << std::flush;
         std::cerr << result.stderr_bytes << std::flush;
         return result.exit_code;
@@ -115,6 +189,46 @@ int run_in(Sandbox& sandbox, const LocalOptions& options) {
                                  options.max_output, dropped);
         return e.exit_code() >= 0 ? e.exit_code() : kExitRefused;
     }
+}
+
+struct Listed {
+    std::string id;
+    std::string state;
+    std::string image;
+    std::map<std::string, std::string> labels;
+};
+
+std::map<std::string, std::string> label_map(const std::vector<std::string>& selectors) {
+    std::map<std::string, std::string> labels;
+    for (const auto& selector : selectors) {
+        const auto eq = selector.find('=');
+        if (eq == std::string::npos || eq == 0) {
+            throw InvalidArgument(fmt::format(
+                "--label '{}' is not k=v; pass a label name, '=', and its value", selector));
+        }
+        labels[selector.substr(0, eq)] = selector.substr(eq + 1);
+    }
+    return labels;
+}
+
+std::vector<Listed> list_sandboxes(const LocalOptions& options, const Context& context) {
+    std::vector<Listed> out;
+    if (options.backend == kLocal) {
+        local::LocalBackend backend;
+        for (auto& info : backend.list(options.labels)) {
+            out.push_back(
+                Listed{info.id, info.state, info.image, {info.labels.begin(), info.labels.end()}});
+        }
+        return out;
+    }
+    auto backend = open_acas(options);
+    boost::asio::io_context io;
+    auto sandboxes = run_blocking(io, backend->list_sandboxes(label_map(options.labels)));
+    close_backend(io, *backend, context);
+    for (auto& info : sandboxes) {
+        out.push_back(Listed{info.id, info.state, "", info.labels});
+    }
+    return out;
 }
 
 std::string random_thread() {
@@ -141,45 +255,62 @@ void add_local_commands(CLI::App& app, Context& context) {
         auto* command = app.add_subcommand(
             "run", "Run one command in a fresh local sandbox, then dispose of it");
         add_limit_flags(*command, *options);
-        command->add_option("--in", options->inputs,
-                            "HOSTFILE[:GUESTPATH] copied in before the command");
-        command->add_option("--out", options->outputs, "GUESTPATH copied out after the command");
+        command
+            ->add_option("--in", options->inputs,
+                         "HOSTFILE[:GUESTPATH] copied in before the command")
+            ->allow_extra_args(false);
+        command->add_option("--out", options->outputs, "GUESTPATH copied out after the command")
+            ->allow_extra_args(false);
         command->add_option("--out-dir", options->out_dir, "Where --out files land (default .)");
         command->callback([options, &context] {
-            require_local(*options);
             for (const auto& arg : options->command) {
                 if (arg.find('\0') != std::string::npos) {
                     throw InvalidArgument("the command contains a NUL byte");
                 }
             }
-            auto router = local_router(std::make_shared<local::LocalBackend>(config_from(*options)),
-                                       *options, context);
-            SandboxSpecFields fields;
+            auto backend = open_backend(*options);
+            auto router = router_for(backend, *options, context);
+            auto fields = spec_fields(*options, *backend);
             fields.kind = "run";
-            fields.image = options->image;
             fields.isolation_scope = IsolationScope::call;
-            fields.requires_capabilities = {Capability::exec, Capability::files_in};
+            fields.requires_capabilities.insert(Capability::files_in);
             if (!options->outputs.empty()) {
                 fields.requires_capabilities.insert(Capability::files_out);
             }
             const SandboxKey key{"cli", random_thread(), options->agent, "run"};
-            auto sandbox = run_blocking(router.acquire(key, SandboxSpec(fields)));
-            struct Dispose {
+            boost::asio::io_context io;
+            struct Cleanup {
+                boost::asio::io_context& io;
                 SandboxRouter& router;
+                SandboxBackend& backend;
                 const SandboxKey& key;
-                ~Dispose() { run_blocking(router.dispose_scope(key.scope, key.thread_id)); }
-            } dispose{router, key};
+                const Context& context;
+                ~Cleanup() {
+                    try {
+                        const auto purge =
+                            run_blocking(io, router.dispose_scope(key.scope, key.thread_id));
+                        if (purge.undisposed) {
+                            context.log->warn("the run's sandbox was not disposed: {}",
+                                              purge.undisposed->detail);
+                        }
+                    } catch (const std::exception& e) {
+                        context.log->warn("disposing the run's sandbox: {}", e.what());
+                    }
+                    close_backend(io, backend, context);
+                }
+            } cleanup{io, router, *backend, key, context};
+            auto sandbox = run_blocking(io, router.acquire(key, SandboxSpec(fields)));
             for (const auto& input : options->inputs) {
                 const auto colon = input.find(':');
                 const std::string host = input.substr(0, colon);
                 const std::string guest = colon == std::string::npos
                                               ? std::filesystem::path(host).filename().string()
                                               : input.substr(colon + 1);
-                run_blocking(sandbox->write_file(guest, read_host_file(host), ""));
+                run_blocking(io, sandbox->write_file(guest, read_host_file(host), ""));
             }
-            context.exit_code = run_in(*sandbox, *options);
+            context.exit_code = run_in(io, *sandbox, *options);
             for (const auto& output : options->outputs) {
-                const auto bytes = run_blocking(sandbox->read_file(output, "", 1ull << 30));
+                const auto bytes = run_blocking(io, sandbox->read_file(output, "", 1ull << 30));
                 const auto target = std::filesystem::path(options->out_dir) /
                                     std::filesystem::path(output).filename();
                 std::ofstream(target, std::ios::binary) << bytes;
@@ -197,29 +328,35 @@ void add_local_commands(CLI::App& app, Context& context) {
         command->add_option("--agent", options->agent, "Agent (default cli)");
         command->add_option("--kind", options->kind, "Sandbox kind (default shell)");
         command->callback([options, &context] {
-            require_local(*options);
-            auto router = local_router(std::make_shared<local::LocalBackend>(config_from(*options)),
-                                       *options, context);
-            SandboxSpecFields fields;
+            auto backend = open_backend(*options);
+            auto router = router_for(backend, *options, context);
+            auto fields = spec_fields(*options, *backend);
             fields.kind = options->kind;
-            fields.image = options->image;
-            auto sandbox = run_blocking(router.acquire(
-                {options->scope, options->thread, options->agent, ""}, SandboxSpec(fields)));
-            context.exit_code = run_in(*sandbox, *options);
+            boost::asio::io_context io;
+            struct Close {
+                boost::asio::io_context& io;
+                SandboxBackend& backend;
+                const Context& context;
+                ~Close() { close_backend(io, backend, context); }
+            } close{io, *backend, context};
+            auto sandbox = run_blocking(
+                io, router.acquire({options->scope, options->thread, options->agent, ""},
+                                   SandboxSpec(fields)));
+            context.exit_code = run_in(io, *sandbox, *options);
         });
     }
     // ls
     {
         auto options = std::make_shared<LocalOptions>();
-        auto* command = app.add_subcommand("ls", "List local sandboxes");
-        command->add_option("--backend", options->backend, "local (default)");
+        auto* command = app.add_subcommand("ls", "List sandboxes (local, or the ACAS group's)");
+        command->add_option("--backend", options->backend, "local (default) or acas");
         command->add_option("--label", options->labels,
                             "k=v selector (repeatable, all must match)");
         command->add_flag("--json", options->json, "A JSON array of {id, labels, image, state}");
-        command->callback([options] {
-            require_local(*options);
-            local::LocalBackend backend;
-            const auto sandboxes = backend.list(options->labels);
+        add_backend_options(*command, options->backend_options);
+        command->callback([options, &context] {
+            require_known_backend(*options);
+            const auto sandboxes = list_sandboxes(*options, context);
             if (options->json) {
                 boost::json::array out;
                 for (const auto& info : sandboxes) {
@@ -240,39 +377,68 @@ void add_local_commands(CLI::App& app, Context& context) {
                 for (const auto& [k, v] : info.labels) {
                     labels += fmt::format("{}{}={}", labels.empty() ? "" : ",", k, v);
                 }
-                std::cout << fmt::format("{}  {}  {}  {}\n", info.id, info.state, info.image,
-                                         labels);
+                std::cout << fmt::format("{}  {}  {}  {}\n", info.id, info.state,
+                                         info.image.empty() ? "-" : info.image, labels);
             }
         });
     }
     // rm
     {
         auto options = std::make_shared<LocalOptions>();
-        auto* command = app.add_subcommand("rm", "Remove local sandboxes by id");
-        command->add_option("--backend", options->backend, "local (default)");
+        auto* command = app.add_subcommand("rm", "Remove sandboxes by id");
+        command->add_option("--backend", options->backend, "local (default) or acas");
         command->add_option("ids", options->ids, "Sandbox ids")->required();
+        add_backend_options(*command, options->backend_options);
         command->callback([options, &context] {
-            require_local(*options);
-            local::LocalBackend backend;
+            require_known_backend(*options);
+            boost::asio::io_context io;
+            std::shared_ptr<acas::AcasBackend> service;
+            std::optional<local::LocalBackend> local_backend;
+            if (options->backend == kAcas) {
+                service = open_acas(*options);
+            } else {
+                local_backend.emplace();
+            }
             for (const auto& id : options->ids) {
-                if (!backend.remove(id)) {
+                const bool removed = service ? run_blocking(io, service->remove_sandbox(id))
+                                             : local_backend->remove(id);
+                if (!removed) {
                     context.log->error("no sandbox {}", id);
                     context.exit_code = kExitRefused;
                 }
+            }
+            if (service) {
+                close_backend(io, *service, context);
             }
         });
     }
     // purge
     {
         auto options = std::make_shared<LocalOptions>();
-        auto* command = app.add_subcommand("purge", "Remove every local sandbox of a conversation");
-        command->add_option("--backend", options->backend, "local (default)");
+        auto* command =
+            app.add_subcommand("purge", "Remove every sandbox of a conversation (by label)");
+        command->add_option("--backend", options->backend, "local (default) or acas");
         command->add_option("--scope", options->scope, "Conversation scope")->required();
         command->add_option("--thread", options->thread, "Conversation thread")->required();
-        command->callback([options] {
-            require_local(*options);
-            local::LocalBackend backend;
-            std::cout << backend.purge(options->scope, options->thread) << "\n";
+        add_backend_options(*command, options->backend_options);
+        command->callback([options, &context] {
+            require_known_backend(*options);
+            if (options->backend == kLocal) {
+                local::LocalBackend backend;
+                std::cout << backend.purge(options->scope, options->thread) << "\n";
+                return;
+            }
+            auto backend = open_acas(*options);
+            boost::asio::io_context io;
+            const auto purge =
+                run_blocking(io, backend->dispose_scope(options->scope, options->thread));
+            close_backend(io, *backend, context);
+            std::cout << purge.disposed << "\n";
+            if (purge.undisposed) {
+                context.log->error("the purge is incomplete ({}): {}",
+                                   to_string(purge.undisposed->code), purge.undisposed->detail);
+                context.exit_code = kExitRefused;
+            }
         });
     }
     // gc

@@ -16,8 +16,10 @@ int main(int argc, char** argv) {
         "backend cannot honour"};
     app.set_version_flag("--version", std::string("maf-sandbox ") + MAF_SANDBOX_VERSION);
     app.require_subcommand(1);
+    cli::add_bench_command(app, context);
     cli::add_check_command(app, context);
     cli::add_conformance_command(app, context);
+    cli::add_egress_command(app, context);
     cli::add_images_command(app, context);
     cli::add_local_commands(app, context);
     cli::add_mcp_command(app, context);

@@ -119,6 +119,8 @@ ExecResult InProcessSandbox::scripted(const std::string& text) const {
 }
 
 Task<ExecResult> InProcessSandbox::exec(ExecRequest request) {
+    // Refuses a NUL or invalid UTF-8 working directory before recording, as a real backend does.
+    working_directory_of(request.working_directory);
     std::string line;
     if (const auto* argv = std::get_if<Argv>(&request.command)) {
         line = shell_join(*argv);

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/utf8.hpp"
 
 namespace maf_sandbox {
 namespace {
@@ -101,6 +102,14 @@ std::string confine_guest_path(std::string_view path, std::string_view working_d
         throw ConfinementEscape(
             "a guest path or working directory contains a NUL byte, which no guest file system "
             "can name; remove it");
+    }
+    // Guest paths are text (protocol.md: str is UTF-8); bytes that are not, overlong forms of '/'
+    // and '.' included, are refused rather than passed to a file system that may read them
+    // differently.
+    if (!is_valid_utf8(path) || !is_valid_utf8(working_directory)) {
+        throw ConfinementEscape(
+            "a guest path or working directory is not valid UTF-8; guest paths are text, pass "
+            "them as UTF-8");
     }
     const auto base = normpath(working_directory);
     auto resolved = normpath(join_guest_path(base, path));
@@ -200,6 +209,12 @@ Task<std::string> confine_guest_write_path(NoFollowStat stat, std::string path,
 }
 
 std::string resolve_working_directory(std::string_view working_directory, std::string_view base) {
+    if (working_directory.find('\0') != std::string_view::npos ||
+        !is_valid_utf8(working_directory)) {
+        throw InvalidArgument(
+            "a working directory contains a NUL byte or is not valid UTF-8; pass a UTF-8 guest "
+            "path without NUL");
+    }
     if (working_directory.empty() || working_directory == ".") {
         return normpath(base);
     }

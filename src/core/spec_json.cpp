@@ -9,6 +9,7 @@
 #include <map>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/utf8.hpp"
 
 namespace maf_sandbox {
 namespace {
@@ -387,8 +388,34 @@ json::object limits_json(const TransferLimits& limits) {
 
 }  // namespace
 
+namespace {
+
+// Refusals echo what they refuse, which is untrusted: a control character would break the one-line
+// promise and a 16 MiB value would flood a terminal or a log, so the message is cut and cleaned.
+constexpr std::size_t kMaxRefusalBytes = 1000;
+
+std::string one_line(std::string_view message) {
+    std::string line(message.substr(0, kMaxRefusalBytes));
+    for (auto& c : line) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u == 0x7f) {
+            c = '?';
+        }
+    }
+    if (message.size() > kMaxRefusalBytes) {
+        line += "...";
+    }
+    return replace_invalid_utf8(line);
+}
+
+}  // namespace
+
 SandboxSpec parse_spec_json(std::string_view text) {
-    return SandboxSpec(read_fields(parse_json_text(text)));
+    try {
+        return SandboxSpec(read_fields(parse_json_text(text)));
+    } catch (const InvalidArgument& e) {
+        throw InvalidArgument(one_line(e.what()));
+    }
 }
 
 std::string spec_to_json(const SandboxSpec& spec) {

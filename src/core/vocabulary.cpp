@@ -121,7 +121,11 @@ Enum parse(const std::array<Row<Enum>, N>& table, std::string_view what, std::st
         accepted += accepted.empty() ? "" : ", ";
         accepted += row.text;
     }
-    throw InvalidArgument(fmt::format("unknown {} '{}'; use one of: {}", what, text, accepted));
+    // The refused text is echoed only in part: it may be megabytes of untrusted input.
+    constexpr std::size_t kEchoed = 64;
+    const auto shown =
+        text.size() > kEchoed ? std::string(text.substr(0, kEchoed)) + "..." : std::string(text);
+    throw InvalidArgument(fmt::format("unknown {} '{}'; use one of: {}", what, shown, accepted));
 }
 
 template <typename Enum, std::size_t N>

@@ -24,12 +24,15 @@ constexpr const char* kUsage = R"(usage:
   acas-emulator serve --listen 127.0.0.1:PORT --state-dir DIR
                       [--tls-cert FILE --tls-key FILE | --self-signed] [--token TOKEN]
                       [--alias NAME=IMAGE]... [--page-size N]
-                      [--fault-429-rate P] [--fault-403-first N] [--fault-5xx-rate P]
-                      [--fault-latency-ms N] [--fault-create-delay-ms N] [--fault-drop-rate P]
-                      [--fault-seed N]
+                      [--fault-429-rate P] [--fault-retry-after-ms N] [--fault-403-first N]
+                      [--fault-403-ms N] [--fault-5xx-rate P] [--fault-latency-ms N]
+                      [--fault-create-delay-ms N] [--fault-drop-rate P] [--fault-seed N]
+                      [--fault-only "METHOD /path/{id}/..."]
   acas-emulator images add ARCHIVE --ref REGISTRY/REPO:TAG --state-dir DIR
 
 The first line on stdout is `listening on https://HOST:PORT`; logs go to stderr.
+Faults can also be read and replaced while serving: GET/PUT /admin/faults (JSON; the same
+bearer token as the data plane).
 )";
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -126,6 +129,10 @@ int serve(Args args) {
             options.faults.rate_429 = parse_rate(flag, args.value(flag));
         } else if (flag == "--fault-403-first") {
             options.faults.first_403 = parse_count(flag, args.value(flag));
+        } else if (flag == "--fault-403-ms") {
+            options.faults.forbidden_ms = parse_count(flag, args.value(flag));
+        } else if (flag == "--fault-retry-after-ms") {
+            options.faults.retry_after_ms = parse_count(flag, args.value(flag));
         } else if (flag == "--fault-5xx-rate") {
             options.faults.rate_5xx = parse_rate(flag, args.value(flag));
         } else if (flag == "--fault-latency-ms") {
@@ -134,6 +141,8 @@ int serve(Args args) {
             options.faults.create_delay_ms = parse_count(flag, args.value(flag));
         } else if (flag == "--fault-drop-rate") {
             options.faults.drop_rate = parse_rate(flag, args.value(flag));
+        } else if (flag == "--fault-only") {
+            options.faults.only = args.value(flag);
         } else if (flag == "--fault-seed") {
             options.faults.seed = parse_count(flag, args.value(flag));
         } else {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -17,16 +18,22 @@
 #include <boost/url/parse.hpp>
 #include <boost/url/url.hpp>
 #include <boost/url/url_view.hpp>
+#include <cctype>
 #include <charconv>
+#include <cmath>
 #include <random>
 
+#include "body_checks.hpp"
+#include "egress_policy.hpp"
 #include "engine.hpp"
 #include "file_plane.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/utf8.hpp"
 #include "maf_sandbox/net/http_server.hpp"
 #include "maf_sandbox/net/tls.hpp"
+#include "maf_sandbox/runtime/sandbox_process.hpp"
 #include "registry_standin.hpp"
+#include "routing.hpp"
 #include "state_store.hpp"
 
 namespace maf_sandbox::emulator {
@@ -55,7 +62,13 @@ HttpResponse problem_response(const Problem& p) {
     HttpResponse r;
     r.status = p.status;
     r.headers.set("Content-Type", "application/problem+json");
-    json::object body{{"title", p.title}, {"status", p.status}, {"detail", p.detail}};
+    // Details quote request text (paths, ids, image names), which may not be UTF-8: a JSON
+    // string must be, so invalid sequences become U+FFFD.
+    json::object body{
+        {"title", replace_invalid_utf8(p.title)},
+        {"status", p.status},
+        {"detail", replace_invalid_utf8(p.detail.size() > 1024 ? p.detail.substr(0, 1024) + "..."
+                                                               : p.detail)}};
     body["errorCode"] = p.error_code != 0 ? p.error_code : p.status;
     r.body = json::serialize(body);
     return r;
@@ -140,10 +153,10 @@ double parse_cpu(const std::string& text) {
         return 0;
     }
     try {
-        if (text.back() == 'm') {
-            return std::stod(text.substr(0, text.size() - 1)) / 1000.0;
-        }
-        return std::stod(text);
+        const double value = text.back() == 'm'
+                                 ? std::stod(text.substr(0, text.size() - 1)) / 1000.0
+                                 : std::stod(text);
+        return std::isfinite(value) && value > 0 ? value : 0;
     } catch (...) {
         return 0;
     }
@@ -156,9 +169,12 @@ std::uint64_t parse_quantity(const std::string& text) {
     for (const auto& [suffix, factor] : units) {
         if (text.ends_with(suffix)) {
             try {
-                return static_cast<std::uint64_t>(
-                    std::stod(text.substr(0, text.size() - std::strlen(suffix))) *
-                    static_cast<double>(factor));
+                const double value = std::stod(text.substr(0, text.size() - std::strlen(suffix))) *
+                                     static_cast<double>(factor);
+                // Out of range (or NaN): unset, never a cast of a value no integer holds.
+                return std::isfinite(value) && value > 0 && value < 0x1p63
+                           ? static_cast<std::uint64_t>(value)
+                           : 0;
             } catch (...) {
                 return 0;
             }
@@ -224,13 +240,16 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
     std::unique_ptr<net::HttpServer> server;
     std::string scheme = "https";
     std::uint16_t port = 0;
-    std::atomic<std::uint64_t> data_plane_requests{0};
+    std::mutex fault_mutex;  // options.faults, fault_epoch and data_plane_requests
+    std::uint64_t data_plane_requests = 0;
+    std::chrono::steady_clock::time_point fault_epoch = std::chrono::steady_clock::now();
     std::atomic<std::uint64_t> request_counter{0};
     std::mutex random_mutex;
     std::mt19937_64 random;
     Metrics metrics;
     std::atomic<bool> stopping{false};
     std::shared_ptr<asio::steady_timer> sweeper;
+    std::mutex freeze_mutex;  // serialises freezer writes so the last state change wins
 
     // --- helpers ------------------------------------------------------------------------------
 
@@ -307,11 +326,23 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
 
     // --- routing ------------------------------------------------------------------------------
 
+    // A bounded method label: any other token a client sends counts as "other".
+    static std::string_view method_label(const std::string& method) {
+        for (const char* known : {"GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS"}) {
+            if (method == known) {
+                return known;
+            }
+        }
+        return "other";
+    }
+
     Task<HttpResponse> handle(HttpRequest request) {
         const auto started = std::chrono::steady_clock::now();
         const auto request_id = request.headers.get("x-ms-client-request-id")
                                     .value_or(fmt::format("emu-{}", ++request_counter));
-        std::string route = "other";
+        // Logs and metrics name the route from routing.hpp's fixed table, never request text.
+        const Route route = route_request(request.method, request.target);
+        const std::string_view route_label = route_name(route.endpoint);
         HttpResponse response;
         bool drop = false;
         try {
@@ -321,7 +352,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         } catch (const PlaneError& p) {
             response = problem_response(Problem{p.status, p.title, p.detail});
         } catch (const std::exception& e) {
-            logger->error("request {} {} failed: {}", request_id, route, e.what());
+            logger->error("request {} {} failed: {}", request_id, route_label, e.what());
             response = problem_response(Problem{500, "InternalServerError", e.what()});
         }
         response.headers.set("x-acas-emulator", identity);
@@ -332,68 +363,84 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         {
             std::lock_guard lock(metrics.mutex);
             ++metrics.requests[fmt::format("method=\"{}\",route=\"{}\",status=\"{}\"",
-                                           request.method, route, response.status)];
-            auto& [sum, count] = metrics.latency[route];
+                                           method_label(request.method), route_label,
+                                           response.status)];
+            auto& [sum, count] = metrics.latency[std::string(route_label)];
             sum += seconds;
             ++count;
         }
-        logger->info("request id={} {} {} route={} status={} ms={:.1f}", request_id, request.method,
-                     strip_query(request.target), route, response.status, seconds * 1000);
+        logger->info("request id={} {} {} route={} status={} ms={:.1f}", request_id,
+                     method_label(request.method), shown_target(request.target), route_label,
+                     response.status, seconds * 1000);
         if (drop) {
             throw net::AbortConnection(response);
         }
         co_return response;
     }
 
-    static std::string strip_query(const std::string& target) {
-        return target.substr(0, target.find('?'));
+    // The path of a target for a log line: no query (it may carry paths), bounded, one line.
+    static std::string shown_target(const std::string& target) {
+        auto path = target.substr(0, std::min<std::size_t>(target.find('?'), 200));
+        for (auto& c : path) {
+            if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+                c = '?';
+            }
+        }
+        return replace_invalid_utf8(path);
     }
 
-    Task<HttpResponse> dispatch(const HttpRequest& request, std::string& route, bool& drop) {
-        auto parsed = boost::urls::parse_origin_form(request.target);
-        if (!parsed) {
-            throw Problem{400, "BadRequest", "The request target is not a valid path."};
+    // Acts on routing.hpp's decision: the one place a target is parsed and matched.
+    Task<HttpResponse> dispatch(const HttpRequest& request, const Route& route, bool& drop) {
+        switch (route.endpoint) {
+            case Endpoint::invalid_target:
+                throw Problem{400, "BadRequest", "The request target is not a valid path."};
+            case Endpoint::healthz:
+                co_return json_response(200,
+                                        json::object{{"status", "ok"}, {"identity", identity}});
+            case Endpoint::metrics:
+                co_return metrics_response();
+            case Endpoint::admin_faults:
+                co_return admin_faults(request);
+            default:
+                break;
         }
-        Query query;
-        for (const auto& param : parsed->params()) {
-            query.params[std::string(param.key)] = std::string(param.value);
-        }
-        std::vector<std::string> segments;
-        for (const auto& s : parsed->segments()) {
-            segments.emplace_back(s);
-        }
-        if (segments.size() == 1 && segments[0] == "healthz") {
-            route = "healthz";
-            co_return json_response(200, json::object{{"status", "ok"}, {"identity", identity}});
-        }
-        if (segments.size() == 1 && segments[0] == "metrics") {
-            route = "metrics";
-            co_return metrics_response();
-        }
-        if (segments.size() < 6 || segments[0] != "subscriptions" ||
-            segments[2] != "resourceGroups" || segments[4] != "sandboxGroups") {
-            route = "unknown";
+        if (!route.data_plane) {
             throw Problem{404, "NotFound", "No data-plane route matches this path."};
         }
+        const Query query{route.query};
         // --- the data plane: faults, then authentication, then the api-version -----------------
-        const auto n = ++data_plane_requests;
-        const auto& faults = options.faults;
+        FaultOptions faults;
+        std::chrono::steady_clock::time_point faults_since;
+        std::uint64_t n = 0;
+        {
+            std::lock_guard lock(fault_mutex);
+            if (options.faults.only.empty() ||
+                options.faults.only == operation_key(request.method, route.rest)) {
+                faults = options.faults;
+                faults_since = fault_epoch;
+                n = ++data_plane_requests;
+            }
+        }
         if (faults.latency_ms > 0) {
             co_await sleep_ms(faults.latency_ms);
         }
-        if (n <= faults.first_403) {
-            route = "fault-403";
+        if ((faults.first_403 > 0 && n <= faults.first_403) ||
+            std::chrono::steady_clock::now() - faults_since <
+                std::chrono::milliseconds(faults.forbidden_ms)) {
             co_return empty_response(403);
         }
         if (faults.rate_429 > 0 && chance() < faults.rate_429) {
-            route = "fault-429";
+            const auto wait_ms = faults.retry_after_ms > 0 ? faults.retry_after_ms : 1000;
             auto r = problem_response(
-                Problem{429, "TooManyRequests", "Rate limit exceeded; retry after 1 second."});
-            r.headers.set("Retry-After", "1");
+                Problem{429, "TooManyRequests",
+                        fmt::format("Rate limit exceeded; retry after {} ms.", wait_ms)});
+            r.headers.set("Retry-After", std::to_string((wait_ms + 999) / 1000));
+            if (faults.retry_after_ms > 0) {
+                r.headers.set("retry-after-ms", std::to_string(wait_ms));
+            }
             co_return r;
         }
         if (faults.rate_5xx > 0 && chance() < faults.rate_5xx) {
-            route = "fault-503";
             co_return problem_response(
                 Problem{503, "ServiceUnavailable", "The service is temporarily unavailable."});
         }
@@ -402,76 +449,166 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         const auto auth = request.headers.get("authorization");
         if (!auth || !auth->starts_with("Bearer ") || auth->size() <= 7 ||
             (options.token && auth->substr(7) != *options.token)) {
-            route = "unauthorized";
             throw Problem{401, "Unauthorized",
                           "A valid bearer token for https://dynamicsessions.io is required."};
         }
         const auto api = query.get("api-version");
         if (!api || (*api != kApiVersion && *api != kPagingApiVersion)) {
-            route = "bad-api-version";
-            throw Problem{400, "UnsupportedApiVersion",
-                          fmt::format("The api-version '{}' is not supported. Supported versions: "
-                                      "{}, {}.",
-                                      api.value_or(""), kApiVersion, kPagingApiVersion)};
+            throw Problem{
+                400, "UnsupportedApiVersion",
+                fmt::format("The api-version '{}' is not supported. Supported versions: "
+                            "{}, {}.",
+                            api.value_or("").substr(0, 64), kApiVersion, kPagingApiVersion)};
         }
-        const std::string group_prefix = "/" + segments[0] + "/" + segments[1] + "/" + segments[2] +
-                                         "/" + segments[3] + "/" + segments[4] + "/" + segments[5];
-        std::vector<std::string> rest(segments.begin() + 6, segments.end());
-        const auto& m = request.method;
-        if (rest.size() == 1 && rest[0] == "sandboxes") {
-            if (m == "GET") {
-                route = "sandboxes.list";
-                co_return list_sandboxes(request, query, *api, group_prefix);
-            }
-            if (m == "PUT" || m == "POST") {
-                route = "sandboxes.create";
-                co_return create_sandbox(request);
+        // Each group is its own namespace of sandboxes and disk images (docs/emulator.md).
+        std::string group = route.group;
+        std::transform(group.begin(), group.end(), group.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        const std::string& id = route.sandbox_id;
+        // A sandbox of another group does not exist here.
+        if (!id.empty()) {
+            if (auto doc = store.sandbox(id); doc && !in_group(doc->group, group)) {
+                throw not_found(id);
             }
         }
-        if (rest.size() >= 2 && rest[0] == "sandboxes") {
-            const std::string& id = rest[1];
-            if (rest.size() == 2) {
-                if (m == "GET") {
-                    route = "sandboxes.get";
-                    co_return json_response(200, require(id).to_wire(kRegion));
-                }
-                if (m == "DELETE") {
-                    route = "sandboxes.delete";
-                    co_return delete_sandbox(id);
-                }
+        switch (route.endpoint) {
+            case Endpoint::sandboxes_list:
+                co_return list_sandboxes(request, query, *api, route.group, group);
+            case Endpoint::sandboxes_create:
+                co_return create_sandbox(request, group);
+            case Endpoint::sandbox_get:
+                co_return json_response(200, require(id).to_wire(kRegion));
+            case Endpoint::sandbox_delete:
+                co_return delete_sandbox(id);
+            case Endpoint::sandbox_stop: {
+                auto answer = stop_sandbox(id);
+                co_await offload_freeze(id);
+                co_return answer;
             }
-            if (rest.size() == 3 && m == "POST") {
-                const auto& op = rest[2];
-                route = "sandboxes." + op;
-                if (op == "stop") {
-                    co_return stop_sandbox(id);
-                }
-                if (op == "resume") {
-                    co_return resume_sandbox(id);
-                }
-                if (op == "executeShellCommand") {
-                    co_return co_await execute(id, request);
-                }
-                if (op == "lifecycle") {
-                    co_return set_policy(id, request, "lifecycle");
-                }
-                if (op == "egresspolicy") {
-                    co_return set_policy(id, request, "egressPolicy");
-                }
+            case Endpoint::sandbox_resume: {
+                auto answer = resume_sandbox(id);
+                co_await offload_freeze(id);
+                co_return answer;
             }
-            if (rest.size() >= 3 && rest[2] == "files") {
-                route = rest.size() == 3 ? "files" : "files." + rest[3];
-                // Named first: GCC 12 double-destroys temporaries inside co_await expressions.
-                const std::string op = rest.size() == 3 ? std::string() : rest[3];
-                co_return co_await files(id, request, query, op);
-            }
+            case Endpoint::sandbox_execute:
+                co_return co_await execute(id, request);
+            case Endpoint::sandbox_lifecycle:
+                co_return set_policy(id, request, "lifecycle");
+            case Endpoint::sandbox_egress_policy:
+                co_return set_policy(id, request, "egressPolicy");
+            case Endpoint::files_read:
+            case Endpoint::files_write:
+            case Endpoint::files_delete:
+            case Endpoint::files_stat:
+            case Endpoint::files_list:
+            case Endpoint::files_mkdir:
+                co_return co_await files(id, request, query, route.endpoint);
+            case Endpoint::disk_images_list:
+            case Endpoint::disk_images_create:
+            case Endpoint::public_images_list:
+            case Endpoint::public_image_get:
+            case Endpoint::disk_image_get:
+            case Endpoint::disk_image_delete:
+                co_return disk_images(request, route, group);
+            default:
+                break;
         }
-        if (!rest.empty() && rest[0] == "diskimages") {
-            route = "diskimages";
-            co_return disk_images(request, rest, query);
-        }
-        route = "unknown";
         throw Problem{404, "NotFound", "No data-plane route matches this path."};
+    }
+
+    // --- fault administration (not itself subject to faults) ------------------------------------
+
+    // "PUT /sandboxes", "POST /sandboxes/{id}/executeShellCommand": what --fault-only names.
+    static std::string operation_key(const std::string& method,
+                                     const std::vector<std::string>& rest) {
+        std::string key = method + " ";
+        for (std::size_t i = 0; i < rest.size(); ++i) {
+            const bool id = i == 1 && (rest[0] == "sandboxes" ||
+                                       (rest[0] == "diskimages" && rest[1] != "public"));
+            key += "/" + (id ? std::string("{id}") : rest[i]);
+        }
+        return key;
+    }
+
+    static json::object faults_json(const FaultOptions& f) {
+        return json::object{{"rate429", f.rate_429},
+                            {"first403", f.first_403},
+                            {"forbiddenMs", f.forbidden_ms},
+                            {"rate5xx", f.rate_5xx},
+                            {"latencyMs", f.latency_ms},
+                            {"createDelayMs", f.create_delay_ms},
+                            {"dropRate", f.drop_rate},
+                            {"retryAfterMs", f.retry_after_ms},
+                            {"only", f.only}};
+    }
+
+    // GET answers the active faults; PUT replaces them (absent keys are off) and restarts the
+    // counters the 403 window and first-N faults count from.
+    HttpResponse admin_faults(const HttpRequest& request) {
+        const auto auth = request.headers.get("authorization");
+        if (!auth || !auth->starts_with("Bearer ") || auth->size() <= 7 ||
+            (options.token && auth->substr(7) != *options.token)) {
+            throw Problem{401, "Unauthorized", "The admin routes need the emulator's token."};
+        }
+        if (request.method == "GET") {
+            std::lock_guard lock(fault_mutex);
+            return json_response(200, faults_json(options.faults));
+        }
+        if (request.method != "PUT") {
+            throw Problem{405, "MethodNotAllowed", "Use GET or PUT on /admin/faults."};
+        }
+        const auto body = parse_object_body(request.body, true);
+        const auto number = [&](const char* key) -> double {
+            const auto* v = body.if_contains(key);
+            if (v == nullptr || v->is_null()) {
+                return 0;
+            }
+            // Cast to integers below: bounded so no value is out of their range.
+            if (!v->is_number() || !std::isfinite(v->to_number<double>()) ||
+                v->to_number<double>() < 0 || v->to_number<double>() > 1e12) {
+                throw Problem{400, "InvalidFault",
+                              fmt::format("'{}' must be a number between 0 and 1e12.", key)};
+            }
+            return v->to_number<double>();
+        };
+        const auto rate = [&](const char* key) {
+            const double value = number(key);
+            if (value > 1) {
+                throw Problem{400, "InvalidFault",
+                              fmt::format("'{}' is a probability between 0 and 1.", key)};
+            }
+            return value;
+        };
+        for (const auto& [key, value] : body) {
+            if (!faults_json(FaultOptions{}).contains(key)) {
+                throw Problem{400, "InvalidFault",
+                              fmt::format("unknown fault '{}'.", std::string(key).substr(0, 64))};
+            }
+            (void)value;
+        }
+        FaultOptions f;
+        f.rate_429 = rate("rate429");
+        f.first_403 = static_cast<std::uint64_t>(number("first403"));
+        f.forbidden_ms = static_cast<std::uint64_t>(number("forbiddenMs"));
+        f.rate_5xx = rate("rate5xx");
+        f.latency_ms = static_cast<std::uint64_t>(number("latencyMs"));
+        f.create_delay_ms = static_cast<std::uint64_t>(number("createDelayMs"));
+        f.drop_rate = rate("dropRate");
+        f.retry_after_ms = static_cast<std::uint64_t>(number("retryAfterMs"));
+        if (const auto* only = body.if_contains("only"); only != nullptr && !only->is_null()) {
+            if (!only->is_string()) {
+                throw Problem{400, "InvalidFault",
+                              "'only' names one operation, e.g. \"PUT /sandboxes\"."};
+            }
+            f.only = std::string(only->as_string());
+        }
+        std::lock_guard lock(fault_mutex);
+        f.seed = options.faults.seed;
+        options.faults = f;
+        data_plane_requests = 0;
+        fault_epoch = std::chrono::steady_clock::now();
+        logger->info("faults replaced: {}", json::serialize(faults_json(f)));
+        return json_response(200, faults_json(f));
     }
 
     SandboxDoc require(const std::string& id) {
@@ -485,7 +622,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
     // --- sandboxes ----------------------------------------------------------------------------
 
     HttpResponse list_sandboxes(const HttpRequest& request, const Query& query,
-                                const std::string& api, const std::string& group_prefix) {
+                                const std::string& api, const std::string& group_prefix,
+                                const std::string& group) {
         std::map<std::string, std::string> selector;
         if (auto labels = query.get("labels"); labels && !labels->empty()) {
             std::string_view rest = *labels;
@@ -507,7 +645,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         }
         std::vector<json::value> matching;
         for (const auto& doc : store.sandboxes()) {
-            bool ok = true;
+            bool ok = in_group(doc.group, group);
             for (const auto& [k, v] : selector) {
                 auto it = doc.labels.find(k);
                 if (it == doc.labels.end() || it->second != v) {
@@ -557,7 +695,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         return json_response(200, body);
     }
 
-    std::string resolve_source(const json::object& body) {
+    std::string resolve_source(const json::object& body, const std::string& group) {
         const auto* sources = body.if_contains("sourcesRef");
         if (sources == nullptr || !sources->is_object()) {
             if (body.contains("presetSandboxType")) {
@@ -579,7 +717,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         const auto id = string_field(disk->as_object(), "id");
         if (!id.empty()) {
             auto image = store.disk_image(id);
-            if (!image) {
+            if (!image || !in_group(image->group, group)) {
                 throw Problem{404, "DiskImageNotFound",
                               fmt::format("Disk image '{}' was not found.", id)};
             }
@@ -594,7 +732,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             return it->second;
         }
         for (const auto& image : store.disk_images()) {
-            if (!name.empty() && image.name == name && image.state == "Ready") {
+            if (!name.empty() && image.name == name && image.state == "Ready" &&
+                in_group(image.group, group)) {
                 return image.local_image;
             }
         }
@@ -602,7 +741,31 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                       fmt::format("Public disk image '{}' was not found.", name)};
     }
 
-    HttpResponse create_sandbox(const HttpRequest& request) {
+    // cpu and memory are quantities the runtime enforces: refuse one it would read as unset.
+    static void check_resources(const json::object& body) {
+        const auto* resources = body.if_contains("resources");
+        if (resources == nullptr || !resources->is_object()) {
+            return;  // absent; a wrong type was refused by check_create_body
+        }
+        const auto& r = resources->as_object();
+        if (const auto* cpu = r.if_contains("cpu"); cpu != nullptr && !cpu->is_null()) {
+            if (!cpu->is_string() || parse_cpu(std::string(cpu->as_string())) <= 0 ||
+                parse_cpu(std::string(cpu->as_string())) > 1024) {
+                throw Problem{400, "One or more validation errors occurred.",
+                              "'resources.cpu' must be a CPU quantity string such as \"1000m\" "
+                              "or \"2\" (at most 1024 CPUs)."};
+            }
+        }
+        if (const auto* memory = r.if_contains("memory"); memory != nullptr && !memory->is_null()) {
+            if (!memory->is_string() || parse_quantity(std::string(memory->as_string())) == 0) {
+                throw Problem{400, "One or more validation errors occurred.",
+                              "'resources.memory' must be a memory quantity string such as "
+                              "\"2048Mi\" or \"2Gi\"."};
+            }
+        }
+    }
+
+    HttpResponse create_sandbox(const HttpRequest& request, const std::string& group) {
         const auto body = parse_object_body(request.body, false);
         auto labels = parse_labels(body);
         for (const char* key : {"entrypoint", "cmd"}) {
@@ -629,9 +792,12 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 }
             }
         }
-        const auto image = resolve_source(body);
+        check_create_body(body);
+        check_resources(body);
+        const auto image = resolve_source(body, group);
         SandboxDoc doc;
         doc.id = new_guid();
+        doc.group = group;
         doc.labels = std::move(labels);
         doc.created_at = iso_time(unix_now());
         doc.state_since = doc.last_activity = unix_now();
@@ -652,6 +818,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         if (const auto* e = body.if_contains("egressPolicy"); e != nullptr && e->is_object()) {
             doc.egress_policy = e->as_object();
         }
+        checked_egress(doc.egress_policy);
         if (const auto* l = body.if_contains("lifecycle"); l != nullptr && l->is_object()) {
             doc.lifecycle = l->as_object();
         }
@@ -669,8 +836,13 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         asio::co_spawn(
             executor,
             [self, doc]() -> Task<void> {
-                if (self->options.faults.create_delay_ms > 0) {
-                    co_await self->sleep_ms(self->options.faults.create_delay_ms);
+                std::uint64_t create_delay = 0;
+                {
+                    std::lock_guard lock(self->fault_mutex);
+                    create_delay = self->options.faults.create_delay_ms;
+                }
+                if (create_delay > 0) {
+                    co_await self->sleep_ms(create_delay);
                 }
                 LaunchRequest launch;
                 launch.id = doc.id;
@@ -682,6 +854,21 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 }
                 launch.cpus = parse_cpu(string_field(doc.resources, "cpu"));
                 launch.memory_bytes = parse_quantity(string_field(doc.resources, "memory"));
+                try {
+                    launch.egress = egress_for(doc.egress_policy);  // validated at create
+                } catch (const UnsupportedEgressPolicy&) {
+                    launch.egress = runtime::EgressPolicy::make(Egress::closed, {});
+                }
+                if (launch.egress.mode == Egress::unrestricted) {
+                    const auto why = runtime::egress_unavailable_reason(Egress::unrestricted);
+                    if (!why.empty()) {
+                        self->logger->warn(
+                            "sandbox {}: defaultAction Allow cannot be enforced here ({}); it "
+                            "runs without network",
+                            doc.id, why);
+                        launch.egress = runtime::EgressPolicy::make(Egress::closed, {});
+                    }
+                }
                 json::object handle;
                 std::string failure;
                 try {
@@ -758,6 +945,31 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         return empty_response(202);
     }
 
+    // Brings the guest's processes in line with the recorded state: frozen while Stopped or
+    // Suspended, running otherwise. Blocking; idempotent, so concurrent stop/resume converge on
+    // the last recorded state.
+    void apply_freeze(const std::string& id) {
+        std::lock_guard lock(freeze_mutex);
+        const auto doc = store.sandbox(id);
+        if (!doc || doc->handle.empty() || doc->state == states::kDeleting ||
+            doc->state == states::kFailed) {
+            return;
+        }
+        const bool frozen = doc->state == states::kStopped || doc->state == states::kSuspended;
+        try {
+            engine->freeze(doc->handle, frozen);
+        } catch (const std::exception& e) {
+            logger->warn("sandbox {}: could not {} its processes ({}); the state changed anyway",
+                         id, frozen ? "freeze" : "thaw", e.what());
+        }
+    }
+
+    Task<void> offload_freeze(const std::string& id) {
+        auto self = shared_from_this();
+        auto job = [self, id]() { self->apply_freeze(id); };
+        co_await offload(job);
+    }
+
     HttpResponse stop_sandbox(const std::string& id) {
         bool running = false;
         const bool known = store.mutate(id, [&](SandboxDoc& d) {
@@ -799,9 +1011,25 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         return json_response(200, require(id).to_wire(kRegion));
     }
 
+    // The runtime's form of an egressPolicy; 400 for one it cannot enforce faithfully.
+    static runtime::EgressPolicy checked_egress(const json::object& policy) {
+        try {
+            return egress_for(policy);
+        } catch (const UnsupportedEgressPolicy& e) {
+            throw Problem{400, "EgressPolicyNotSupported", e.what()};
+        }
+    }
+
     HttpResponse set_policy(const std::string& id, const HttpRequest& request, const char* field) {
         const auto body = parse_object_body(request.body, false);
         const bool lifecycle = std::string_view(field) == "lifecycle";
+        // Stored and echoed by every later GET and list: checked field by field first.
+        if (lifecycle) {
+            check_lifecycle(body, "");
+        } else {
+            check_egress_policy(body, "");
+            checked_egress(body);  // validated; a running sandbox keeps its enforced policy
+        }
         bool running = true;
         const bool known = store.mutate(id, [&](SandboxDoc& d) {
             if (d.state == states::kDeleting || d.state == states::kFailed) {
@@ -827,7 +1055,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
     SandboxDoc require_running(const std::string& id) {
         std::optional<SandboxDoc> result;
         bool running = false;
-        const bool known = store.mutate(id, [&](SandboxDoc& d) {
+        const bool known = store.mutate_volatile(id, [&](SandboxDoc& d) {
             running = d.state == states::kRunning;
             if (running) {
                 d.last_activity = unix_now();
@@ -849,6 +1077,11 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         if (command == nullptr || !command->is_string()) {
             throw Problem{400, "One or more validation errors occurred.",
                           "'command' is required and must be a string."};
+        }
+        if (const auto* wd = body.if_contains("workingDirectory");
+            wd != nullptr && !wd->is_null() && !wd->is_string()) {
+            throw Problem{400, "One or more validation errors occurred.",
+                          "'workingDirectory' must be a string (an absolute path)."};
         }
         std::string cwd = string_field(body, "workingDirectory");
         if (!cwd.empty() && cwd.front() != '/') {
@@ -885,8 +1118,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
     }
 
     Task<HttpResponse> files(const std::string& id, const HttpRequest& request, const Query& query,
-                             const std::string& op) {
-        const auto& m = request.method;
+                             Endpoint endpoint) {
         const auto doc = require_running(id);
         auto self = shared_from_this();
         const auto handle = doc.handle;
@@ -903,7 +1135,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             }
             return *p;
         };
-        if (op.empty() && m == "GET") {
+        if (endpoint == Endpoint::files_read) {
             const auto path = path_param();
             auto job4 = [with_plane, path]() {
                 return with_plane([&](FilePlane& p) { return p.classify_read(path); });
@@ -925,7 +1157,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             r.body = std::move(bytes);
             co_return r;
         }
-        if (op.empty() && m == "PUT") {
+        if (endpoint == Endpoint::files_write) {
             const auto path = path_param();
             const bool create_dirs = truthy(query.get("createDirs"), true);
             std::optional<mode_t> mode;
@@ -947,7 +1179,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             co_await offload(job6);
             co_return json_response(200, json::object{});
         }
-        if (op.empty() && m == "DELETE") {
+        if (endpoint == Endpoint::files_delete) {
             const auto path = path_param();
             const bool recursive = truthy(query.get("recursive"), false);
             auto job7 = [with_plane, path, recursive]() {
@@ -959,7 +1191,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             co_await offload(job7);
             co_return empty_response(204);
         }
-        if (op == "stat" && m == "GET") {
+        if (endpoint == Endpoint::files_stat) {
             const auto path = path_param();
             auto job8 = [with_plane, path]() {
                 return with_plane([&](FilePlane& p) { return p.stat(path); });
@@ -967,7 +1199,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             auto entry = co_await offload(job8);
             co_return json_response(200, entry);
         }
-        if (op == "list" && m == "GET") {
+        if (endpoint == Endpoint::files_list) {
             const auto path = path_param();
             auto job9 = [with_plane, path]() {
                 return with_plane([&](FilePlane& p) { return p.list(path); });
@@ -975,7 +1207,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             auto listing = co_await offload(job9);
             co_return json_response(200, listing);
         }
-        if (op == "mkdir" && m == "POST") {
+        if (endpoint == Endpoint::files_mkdir) {
             const auto body = parse_object_body(request.body, false);
             const auto path = string_field(body, "path");
             if (path.empty()) {
@@ -996,71 +1228,87 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
 
     // --- disk images --------------------------------------------------------------------------
 
-    HttpResponse disk_images(const HttpRequest& request, const std::vector<std::string>& rest,
-                             const Query&) {
-        const auto& m = request.method;
-        if (rest.size() == 1 && m == "GET") {
-            json::array value;
-            for (const auto& image : store.disk_images()) {
-                value.push_back(image.to_wire());
-            }
-            return json_response(200, json::object{{"value", std::move(value)}});
-        }
-        if (rest.size() == 1 && (m == "PUT" || m == "POST")) {
-            return create_disk_image(request);
-        }
-        if (rest.size() >= 2 && rest[1] == "public" && m == "GET") {
-            json::array value;
-            for (const auto& [name, image] : catalogue) {
-                if (rest.size() == 3 && rest[2] != name) {
-                    continue;
+    HttpResponse disk_images(const HttpRequest& request, const Route& route,
+                             const std::string& group) {
+        switch (route.endpoint) {
+            case Endpoint::disk_images_list: {
+                json::array value;
+                for (const auto& image : store.disk_images()) {
+                    if (in_group(image.group, group)) {
+                        value.push_back(image.to_wire());
+                    }
                 }
-                value.push_back(json::object{
-                    {"name", name},
-                    {"id", name},
-                    {"status", json::object{{"state", "Ready"}}},
-                    {"description", fmt::format("local image '{}' (acas-emulator)", image)},
-                    {"tags", json::object{}}});
+                return json_response(200, json::object{{"value", std::move(value)}});
             }
-            if (rest.size() == 3) {
-                if (value.empty()) {
+            case Endpoint::disk_images_create:
+                return create_disk_image(request, group);
+            case Endpoint::public_images_list:
+            case Endpoint::public_image_get: {
+                const bool one = route.endpoint == Endpoint::public_image_get;
+                json::array value;
+                for (const auto& [name, image] : catalogue) {
+                    if (one && route.image != name) {
+                        continue;
+                    }
+                    value.push_back(json::object{
+                        {"name", name},
+                        {"id", name},
+                        {"status", json::object{{"state", "Ready"}}},
+                        {"description", fmt::format("local image '{}' (acas-emulator)", image)},
+                        {"tags", json::object{}}});
+                }
+                if (one) {
+                    if (value.empty()) {
+                        throw Problem{
+                            404, "DiskImageNotFound",
+                            fmt::format("Public disk image '{}' was not found.", route.image)};
+                    }
+                    return json_response(200, value.front());
+                }
+                return json_response(200, json::object{{"value", std::move(value)}});
+            }
+            case Endpoint::disk_image_get:
+            case Endpoint::disk_image_delete: {
+                auto image = store.disk_image(route.image);
+                if (!image || !in_group(image->group, group)) {
                     throw Problem{404, "DiskImageNotFound",
-                                  fmt::format("Public disk image '{}' was not found.", rest[2])};
+                                  fmt::format("Disk image '{}' was not found.", route.image)};
                 }
-                return json_response(200, value.front());
+                if (route.endpoint == Endpoint::disk_image_get) {
+                    return json_response(200, image->to_wire());
+                }
+                store.erase_disk_image(route.image);
+                if (!image->local_image.empty()) {
+                    auto self = shared_from_this();
+                    const auto local = image->local_image;
+                    asio::post(pool, [self, local]() { self->engine->remove_image(local); });
+                }
+                return empty_response(202);
             }
-            return json_response(200, json::object{{"value", std::move(value)}});
+            default:
+                throw Problem{404, "NotFound", "No data-plane route matches this path."};
         }
-        if (rest.size() == 2 && m == "GET") {
-            auto image = store.disk_image(rest[1]);
-            if (!image) {
-                throw Problem{404, "DiskImageNotFound",
-                              fmt::format("Disk image '{}' was not found.", rest[1])};
-            }
-            return json_response(200, image->to_wire());
-        }
-        if (rest.size() == 2 && m == "DELETE") {
-            auto image = store.disk_image(rest[1]);
-            if (!image) {
-                throw Problem{404, "DiskImageNotFound",
-                              fmt::format("Disk image '{}' was not found.", rest[1])};
-            }
-            store.erase_disk_image(rest[1]);
-            if (!image->local_image.empty()) {
-                auto self = shared_from_this();
-                const auto local = image->local_image;
-                asio::post(pool, [self, local]() { self->engine->remove_image(local); });
-            }
-            return empty_response(202);
-        }
-        throw Problem{404, "NotFound", "No data-plane route matches this path."};
     }
 
-    HttpResponse create_disk_image(const HttpRequest& request) {
+    HttpResponse create_disk_image(const HttpRequest& request, const std::string& group) {
         const auto body = parse_object_body(request.body, false);
         std::string base;
-        if (const auto* image = body.if_contains("image"); image != nullptr && image->is_object()) {
+        if (const auto* image = body.if_contains("image"); image != nullptr && !image->is_null()) {
+            if (!image->is_object()) {
+                throw Problem{400, "One or more validation errors occurred.",
+                              "'image' must be an object with a 'base' reference."};
+            }
+            const auto* b = image->as_object().if_contains("base");
+            if (b != nullptr && !b->is_null() && !b->is_string()) {
+                throw Problem{400, "One or more validation errors occurred.",
+                              "'image.base' must be a string."};
+            }
             base = string_field(image->as_object(), "base");
+        }
+        if (const auto* n = body.if_contains("name");
+            n != nullptr && !n->is_null() && !n->is_string()) {
+            throw Problem{400, "One or more validation errors occurred.",
+                          "'name' must be a string."};
         }
         if (base.empty()) {
             throw Problem{400, "One or more validation errors occurred.",
@@ -1068,6 +1316,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         }
         DiskImageDoc doc;
         doc.id = new_guid();
+        doc.group = group;
         doc.base = base;
         doc.labels = parse_labels(body);
         doc.name = doc.labels.count("name") ? doc.labels["name"] : std::string();
@@ -1159,6 +1408,9 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                     }
                 });
                 logger->info("sandbox {} auto-suspended after {}s idle", doc.id, suspend);
+                auto self = shared_from_this();
+                const auto id = doc.id;
+                asio::post(pool, [self, id]() { self->apply_freeze(id); });
             } else if ((doc.state == states::kStopped || doc.state == states::kSuspended) &&
                        remove > 0 && now - doc.state_since >= remove) {
                 logger->info("sandbox {} auto-deleted after {}s stopped", doc.id, remove);

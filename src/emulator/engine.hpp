@@ -13,6 +13,7 @@
 
 #include "file_plane.hpp"
 #include "maf_sandbox/core/vocabulary.hpp"
+#include "maf_sandbox/runtime/egress.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
 
 namespace maf_sandbox::emulator {
@@ -23,6 +24,9 @@ struct LaunchRequest {
     std::map<std::string, std::string> environment;
     double cpus = 0;                 // 0: unlimited
     std::uint64_t memory_bytes = 0;  // 0: unlimited
+    // What the sandbox's egressPolicy compiles to (egress_policy.cpp); the operator switches
+    // (MAF_SANDBOX_EGRESS_*) come from the emulator's own environment.
+    runtime::EgressPolicy egress;
 };
 
 struct EngineExec {
@@ -54,7 +58,14 @@ class SandboxEngine {
     // Ends every process of the sandbox and removes its files. Idempotent.
     virtual void destroy(const boost::json::object& handle) = 0;
 
-    // Runs `command` with sh -c as the image's user, in `cwd` ("" = the image's default).
+    // Freezes (stop, suspend) or thaws (resume) every process of the sandbox. Throws Error when
+    // the machine cannot freeze it.
+    virtual void freeze(const boost::json::object& handle, bool frozen) = 0;
+
+    // Runs `command` with sh -c as the image's user, in `cwd` ("" = the image's default), with
+    // the service's semantics: it answers at EOF of the command's stdout and stderr (a background
+    // child holding them is waited for, within `timeout`), and a stream passing
+    // `max_output_bytes` kills the command's tree.
     virtual EngineExec exec(const boost::json::object& handle, const std::string& command,
                             const std::string& cwd, std::chrono::milliseconds timeout,
                             std::uint64_t max_output_bytes) = 0;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "maf_sandbox/core/utf8.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
 
 namespace maf_sandbox::emulator {
@@ -48,6 +49,17 @@ int openat2_in_root(int root, const std::string& path, int flags, mode_t mode = 
         case EEXIST:
             throw PlaneError{409, "DirectoryNotEmpty",
                              fmt::format("'{}' is not empty; pass recursive=true.", path)};
+        case ELOOP:
+            // RESOLVE_NO_MAGICLINKS refuses /proc/<pid>/root and the like; or a link loop.
+            throw PlaneError{400, "InvalidPath",
+                             fmt::format("'{}' goes through a symbolic link loop or a /proc magic "
+                                         "link, which the file API does not follow.",
+                                         path)};
+        case ENAMETOOLONG:
+            throw PlaneError{400, "InvalidPath", fmt::format("The path '{}' is too long.", path)};
+        case EXDEV:
+            throw PlaneError{400, "InvalidPath",
+                             fmt::format("The path '{}' leaves the sandbox's file system.", path)};
         case ENOSPC:
         case EDQUOT:
             throw PlaneError{507, "InsufficientStorage",
@@ -78,15 +90,17 @@ std::pair<std::string, std::string> split(std::string_view path) {
 json::object entry_json(const std::string& name, const std::string& path, const struct stat& st,
                         const std::optional<std::string>& target) {
     const bool is_link = S_ISLNK(st.st_mode);
-    json::object out{{"name", name},
-                     {"path", path},
+    // A guest file name need not be UTF-8; a JSON string must be (the service's encoder writes
+    // U+FFFD for invalid bytes too).
+    json::object out{{"name", replace_invalid_utf8(name)},
+                     {"path", replace_invalid_utf8(path)},
                      {"size", static_cast<std::int64_t>(S_ISFIFO(st.st_mode) ? 0 : st.st_size)},
                      {"mode", static_cast<std::int64_t>(st.st_mode & 07777)},
                      {"isDir", S_ISDIR(st.st_mode)},
                      {"isSymlink", is_link},
                      {"modifiedTime", static_cast<std::int64_t>(st.st_mtim.tv_sec)}};
     if (is_link && target) {
-        out["symlinkTarget"] = *target;
+        out["symlinkTarget"] = replace_invalid_utf8(*target);
     }
     return out;
 }
@@ -346,7 +360,7 @@ json::object FilePlane::list(std::string_view path) const {
         entries.push_back(entry_json(name, (base == "/" ? "" : base) + "/" + name, st, target));
     }
     ::closedir(dir);
-    return json::object{{"path", dir_path}, {"entries", std::move(entries)}};
+    return json::object{{"path", replace_invalid_utf8(dir_path)}, {"entries", std::move(entries)}};
 }
 
 void FilePlane::remove(std::string_view path, bool recursive) const {

@@ -4,6 +4,7 @@
 
 #include "engine.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/cgroup.hpp"
 #include "maf_sandbox/runtime/images.hpp"
 #include "maf_sandbox/runtime/sandbox_process.hpp"
 
@@ -93,6 +94,8 @@ class RuntimeEngine final : public SandboxEngine {
         launch.limits.pids = 4096;
         launch.limits.memory_bytes = request.memory_bytes;
         launch.limits.cpus = request.cpus;
+        launch.egress = request.egress;
+        launch.egress_operator = runtime::EgressOperatorOptions::from_environment();
         runtime::SandboxHandle handle;
         try {
             handle = runtime::launch_sandbox(launch);
@@ -120,6 +123,11 @@ class RuntimeEngine final : public SandboxEngine {
         runtime::destroy_sandbox(handle_of(handle));
     }
 
+    void freeze(const json::object& handle, bool frozen) override {
+        const auto h = handle_of(handle);
+        runtime::SandboxCgroup::attach(h.cgroup_layout, h.cgroups)->freeze(frozen);
+    }
+
     EngineExec exec(const json::object& handle, const std::string& command, const std::string& cwd,
                     std::chrono::milliseconds timeout, std::uint64_t max_output_bytes) override {
         runtime::ExecCall call;
@@ -127,6 +135,8 @@ class RuntimeEngine final : public SandboxEngine {
         call.cwd = cwd;
         call.timeout = timeout;
         call.max_output_bytes = max_output_bytes;
+        call.wait_for_output_eof = true;
+        call.kill_past_output_cap = true;
         const auto reply = runtime::exec_in_sandbox(handle_of(handle), call);
         if (reply.status == runtime::ExecStatus::failed) {
             throw Error(fmt::format("the sandbox could not run the command: {}", reply.message));

@@ -61,6 +61,7 @@ std::map<std::string, std::string> labels_of(const json::object& o) {
 
 json::object sandbox_to_state(const SandboxDoc& d) {
     return json::object{{"id", d.id},
+                        {"group", d.group},
                         {"labels", labels_json(d.labels)},
                         {"state", d.state},
                         {"stoppedReason", d.stopped_reason},
@@ -81,6 +82,7 @@ json::object sandbox_to_state(const SandboxDoc& d) {
 SandboxDoc sandbox_from_state(const json::object& o) {
     SandboxDoc d;
     d.id = str(o, "id");
+    d.group = str(o, "group");
     d.labels = labels_of(obj(o, "labels"));
     d.state = str(o, "state");
     d.stopped_reason = str(o, "stoppedReason");
@@ -101,6 +103,7 @@ SandboxDoc sandbox_from_state(const json::object& o) {
 
 json::object image_to_state(const DiskImageDoc& d) {
     return json::object{{"id", d.id},
+                        {"group", d.group},
                         {"name", d.name},
                         {"labels", labels_json(d.labels)},
                         {"base", d.base},
@@ -113,6 +116,7 @@ json::object image_to_state(const DiskImageDoc& d) {
 DiskImageDoc image_from_state(const json::object& o) {
     DiskImageDoc d;
     d.id = str(o, "id");
+    d.group = str(o, "group");
     d.name = str(o, "name");
     d.labels = labels_of(obj(o, "labels"));
     d.base = str(o, "base");
@@ -124,6 +128,10 @@ DiskImageDoc image_from_state(const json::object& o) {
 }
 
 }  // namespace
+
+bool in_group(const std::string& doc_group, const std::string& group) {
+    return doc_group.empty() || doc_group == group;
+}
 
 double unix_now() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
@@ -153,6 +161,7 @@ std::string new_guid() {
 
 json::object SandboxDoc::to_wire(const std::string& region) const {
     json::object out{{"id", id},
+                     {"sandboxGroupId", group},
                      {"labels", labels_json(labels)},
                      {"vmmType", "maf-emulator"},
                      {"sourcesRef", sources_ref},
@@ -258,6 +267,17 @@ bool StateStore::mutate(const std::string& id, const std::function<void(SandboxD
     }
     change(it->second);
     save_locked();
+    return true;
+}
+
+bool StateStore::mutate_volatile(const std::string& id,
+                                 const std::function<void(SandboxDoc&)>& change) {
+    std::lock_guard lock(mutex_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) {
+        return false;
+    }
+    change(it->second);
     return true;
 }
 

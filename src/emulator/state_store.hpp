@@ -23,8 +23,15 @@ inline constexpr const char* kDeleting = "Deleting";
 inline constexpr const char* kFailed = "Failed";
 }  // namespace states
 
+// A group is the path "/subscriptions/{sub}/resourceGroups/{rg}/sandboxGroups/{group}" with
+// every segment lower-cased (Azure resource paths compare case-insensitively). Sandboxes and
+// disk images belong to exactly one group; a document written before groups were recorded has
+// an empty group and is visible in every group.
+bool in_group(const std::string& doc_group, const std::string& group);
+
 struct SandboxDoc {
     std::string id;
+    std::string group;
     std::map<std::string, std::string> labels;
     std::string state = states::kCreating;
     std::string stopped_reason;  // Idle, UserStopped ("" when never stopped)
@@ -47,6 +54,7 @@ struct SandboxDoc {
 
 struct DiskImageDoc {
     std::string id;
+    std::string group;
     std::string name;
     std::map<std::string, std::string> labels;
     std::string base;               // the registry reference it was imported from
@@ -68,6 +76,9 @@ class StateStore {
     std::vector<SandboxDoc> sandboxes() const;
     // Applies `change` to the sandbox (absent: returns false) and persists.
     bool mutate(const std::string& id, const std::function<void(SandboxDoc&)>& change);
+    // As mutate, but kept in memory until the next persisted change: for the activity stamp
+    // every exec and file call sets, which must not cost an fsync per request.
+    bool mutate_volatile(const std::string& id, const std::function<void(SandboxDoc&)>& change);
     void put(const SandboxDoc& doc);
     void erase(const std::string& id);
 

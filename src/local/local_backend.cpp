@@ -3,6 +3,8 @@
 #include "maf_sandbox/local/local_backend.hpp"
 
 #include <spdlog/spdlog.h>
+#include <algorithm>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <mutex>
 
@@ -13,9 +15,12 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/labels.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
+#include "maf_sandbox/runtime/gc.hpp"
 #include "maf_sandbox/runtime/images.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
+#include "maf_sandbox/runtime/sandbox_process.hpp"
 #include "off_loop.hpp"
+#include "sandbox_pool.hpp"
 
 namespace maf_sandbox::local {
 
@@ -41,7 +46,26 @@ bool alive(const SandboxRecord& record) {
     return handle && runtime::sandbox_alive(*handle);
 }
 
+// The policy a record was created with: the runtime object's copy, else (records written before
+// the policy was stored) its egress fields.
+runtime::EgressPolicy held_policy(const SandboxRecord& record) {
+    if (const auto* stored = record.runtime.if_contains("egress_policy")) {
+        return runtime::EgressPolicy::from_json(*stored);
+    }
+    return runtime::EgressPolicy::make(record.egress, record.egress_allow);
+}
+
+std::string describe(const runtime::EgressPolicy& policy) {
+    if (policy.mode != Egress::allowlist) {
+        return fmt::format("'{}'", to_string(policy.mode));
+    }
+    return fmt::format("'allowlist' [{}]", fmt::join(policy.allow, ", "));
+}
+
 }  // namespace
+
+// (perf) How long after a take the pool's refill starts.
+constexpr std::chrono::milliseconds kPoolRefillDelay{30};
 
 struct LocalBackend::Impl {
     LocalBackendConfig config;
@@ -51,11 +75,19 @@ struct LocalBackend::Impl {
     std::mutex locks_mutex;
     std::map<std::string, std::shared_ptr<std::mutex>> locks;
     bool closed = false;
+    // Checked once, at construction: what declarations() promises is what create() enforces.
+    std::vector<Egress> egress_modes = runtime::enforceable_egress_modes();
+    // (perf) Pre-built sandboxes (sandbox_pool.hpp); off unless config.pool_size > 0.
+    SandboxPool sandbox_pool{registry, config.pool_size};
 
     explicit Impl(LocalBackendConfig c)
         : config(std::move(c)),
           registry(config.state_dir.empty() ? runtime::default_state_dir() : config.state_dir),
           images(registry.state_dir()) {}
+
+    bool enforces(Egress mode) const {
+        return std::find(egress_modes.begin(), egress_modes.end(), mode) != egress_modes.end();
+    }
 
     std::shared_ptr<std::mutex> key_mutex(const std::string& key) {
         std::lock_guard guard(locks_mutex);
@@ -71,13 +103,11 @@ struct LocalBackend::Impl {
         try {
             if (const auto handle = handle_of(record)) {
                 runtime::destroy_sandbox(*handle);
-            } else if (const auto* paths = record.runtime.if_contains("cgroup_paths")) {
-                // A create that crashed before the supervisor was recorded.
-                std::vector<fs::path> cgroups;
-                for (const auto& path : paths->as_array()) {
-                    cgroups.emplace_back(std::string(path.as_string()));
-                }
-                runtime::SandboxCgroup::attach(runtime::detect_cgroup_layout(), cgroups)->destroy();
+            } else {
+                // A create that crashed before the supervisor was recorded: its supervisor may
+                // still run in cgroups the record does not name; gc's cleanup finds them by name
+                // and kills it.
+                runtime::remove_recorded_cgroups(record);
             }
             registry.remove(record.id);
             return std::nullopt;
@@ -124,12 +154,13 @@ struct LocalBackend::Impl {
                     destroy(record);  // lazy reconcile: expired or crashed
                     continue;
                 }
-                if (record.egress != spec->egress) {
-                    throw EgressPolicyConflict(
-                        fmt::format("the live sandbox for this key and kind was created with "
-                                    "egress '{}', not '{}'; "
-                                    "dispose it first or use the same egress",
-                                    to_string(record.egress), to_string(spec->egress)));
+                const auto held = held_policy(record);
+                const auto wanted = runtime::EgressPolicy::make(spec->egress, spec->egress_allow);
+                if (held != wanted) {
+                    throw EgressPolicyConflict(fmt::format(
+                        "the live sandbox for this key and kind was created with egress {}, not "
+                        "{}; it is kept as it is: dispose it first or ask for the same egress",
+                        describe(held), describe(wanted)));
                 }
                 record.last_used_at = runtime::Clock::now();
                 registry.update(record);
@@ -137,16 +168,89 @@ struct LocalBackend::Impl {
                 return wrap(*handle_of(record), work ? std::string(work->as_string()) : work_dir);
             }
         }
+        if (auto pooled = take_pooled(labels, spec, image, work_dir)) {
+            return pooled;
+        }
         return create(labels, spec, image, work_dir);
+    }
+
+    // (perf) A sandbox built ahead for the same image, work directory and limits (closed egress
+    // only), relabelled for this key; the pool is topped up on the thread pool either way.
+    std::shared_ptr<Sandbox> take_pooled(const std::map<std::string, std::string>& labels,
+                                         const SandboxSpec& spec, const std::string& image,
+                                         const std::string& work_dir) {
+        if (!sandbox_pool.enabled() || spec->egress != Egress::closed ||
+            !spec->egress_allow.empty()) {
+            return nullptr;
+        }
+        const auto signature = pool_signature(image, work_dir);
+        auto record = sandbox_pool.take(
+            signature, labels, [](const SandboxRecord& r) { return alive(r); },
+            [this](const SandboxRecord& r) { destroy(r); });
+        refill_pool(signature, spec, image, work_dir);
+        if (!record) {
+            return nullptr;
+        }
+        return wrap(*handle_of(*record), work_dir);
+    }
+
+    std::string pool_signature(const std::string& image, const std::string& work_dir) const {
+        return SandboxPool::signature(
+            {image, work_dir, std::to_string(config.memory_bytes), std::to_string(config.pids),
+             std::to_string(config.cpus), std::to_string(config.disk_bytes),
+             std::to_string(config.tmp_bytes), config.root_inside ? "root" : "user",
+             std::to_string(config.idle_timeout ? config.idle_timeout->count() : -1),
+             std::to_string(config.max_lifetime ? config.max_lifetime->count() : -1)});
+    }
+
+    // Safe to capture `this`: ~LocalBackend joins the thread pool before Impl can go away.
+    void refill_pool(const std::string& signature, const SandboxSpec& spec,
+                     const std::string& image, const std::string& work_dir) {
+        for (std::size_t n = sandbox_pool.claim_refills(signature); n > 0; --n) {
+            // Started a little later, so the launch does not compete for the CPU with the
+            // caller's first exec in the sandbox it just took.
+            auto timer = std::make_shared<boost::asio::steady_timer>(*pool, kPoolRefillDelay);
+            timer->async_wait([this, timer, signature, spec, image, work_dir](auto) {
+                try {
+                    const auto made =
+                        create(SandboxPool::pool_labels(signature), spec, image, work_dir);
+                    // The sandbox directory is named by the record's id.
+                    const auto* local = dynamic_cast<const LocalSandbox*>(made.get());
+                    sandbox_pool.created(
+                        signature, local ? local->handle().sandbox_dir.filename().string() : "");
+                } catch (const std::exception& e) {
+                    spdlog::warn("refilling the local sandbox pool failed: {}", e.what());
+                    sandbox_pool.refill_failed(signature);
+                }
+            });
+        }
+    }
+
+    // Destroys the pooled sandboxes this process made and nobody took.
+    void drain_pool() {
+        if (!sandbox_pool.enabled()) {
+            return;
+        }
+        sandbox_pool.wait_idle();
+        for (const auto& id : sandbox_pool.made_here()) {
+            if (auto record = registry.get(id); record && record->labels.count(kPoolLabel) > 0) {
+                destroy(*record);
+            }
+        }
     }
 
     std::shared_ptr<Sandbox> create(const std::map<std::string, std::string>& labels,
                                     const SandboxSpec& spec, const std::string& image,
                                     const std::string& work_dir) {
-        if (spec->egress != Egress::closed) {
+        if (!enforces(spec->egress)) {
             throw SandboxEgressNotEnforced(fmt::format(
-                "the local backend enforces only closed egress so far, not '{}'; use egress closed",
-                to_string(spec->egress)));
+                "the local backend cannot enforce egress '{}' on this host ({}); use egress "
+                "closed or allowlist",
+                to_string(spec->egress), runtime::egress_unavailable_reason(spec->egress)));
+        }
+        const auto policy = runtime::EgressPolicy::make(spec->egress, spec->egress_allow);
+        if (policy.mode == Egress::allowlist) {
+            runtime::compile_allowlist(policy.allow);  // a malformed entry: before anything exists
         }
         const runtime::MountPlan plan =
             images.resolve(image);  // unknown image: before anything exists
@@ -154,7 +258,8 @@ struct LocalBackend::Impl {
         record.id = Registry::new_id();
         record.labels = labels;
         record.image = plan.image;
-        record.egress = spec->egress;
+        record.egress = policy.mode;
+        record.egress_allow = policy.allow;
         record.limits = {config.memory_bytes, config.pids, config.cpus, config.disk_bytes};
         record.created_at = record.last_used_at = runtime::Clock::now();
         record.lifecycle = {config.idle_timeout, config.max_lifetime};
@@ -174,10 +279,13 @@ struct LocalBackend::Impl {
             launch.limits = {config.memory_bytes, config.pids, config.cpus};
             launch.idle_timeout = config.idle_timeout;
             launch.max_lifetime = config.max_lifetime;
+            launch.egress = policy;
+            launch.egress_operator = config.egress_operator;
             const auto handle = runtime::launch_sandbox(launch);
             record.supervisor = {handle.pid, handle.start_time};
             record.runtime = handle.runtime_json();
             record.runtime["work_dir"] = work_dir;
+            record.runtime["egress_policy"] = policy.to_json();
             record.state = runtime::SandboxState::running;
             registry.update(record);
             return wrap(handle, work_dir);
@@ -212,8 +320,13 @@ LocalBackend::LocalBackend(LocalBackendConfig config)
 
 LocalBackend::~LocalBackend() {
     if (impl_ && impl_->pool) {
+        impl_->drain_pool();  // (perf) waits for refills in flight, then removes unused ones
         impl_->pool->join();
     }
+}
+
+void LocalBackend::wait_for_pool() const {
+    impl_->sandbox_pool.wait_idle();
 }
 
 const fs::path& LocalBackend::state_dir() const noexcept {
@@ -228,7 +341,7 @@ BackendDeclarations LocalBackend::declarations() const {
                                  Capability::host_tools};
     declarations.limits =
         SandboxLimits{impl_->config.transfer_limits, impl_->config.transfer_limits};
-    declarations.egress_modes = {Egress::closed};
+    declarations.egress_modes = {impl_->egress_modes.begin(), impl_->egress_modes.end()};
     declarations.os_families = {OsFamily::posix};
     declarations.isolation_scopes = {IsolationScope::conversation, IsolationScope::call};
     return declarations;
@@ -325,6 +438,18 @@ std::vector<LocalSandboxInfo> LocalBackend::list(const std::vector<std::string>&
                        alive(record) ? std::string(runtime::to_string(record.state)) : "dead"});
     }
     return out;
+}
+
+std::vector<runtime::EgressDecision> LocalBackend::egress_decisions(const std::string& id) const {
+    Registry::validate_id(id);
+    if (!impl_->registry.get(id)) {
+        throw InvalidArgument(
+            fmt::format("there is no local sandbox {} (its egress log goes with it); list them "
+                        "with `maf-sandbox ls`",
+                        id));
+    }
+    return runtime::read_egress_decisions(
+        runtime::egress_log_path(impl_->registry.sandbox_dir(id)));
 }
 
 bool LocalBackend::remove(const std::string& id) {

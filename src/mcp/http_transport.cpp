@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <map>
+#include <optional>
 
 #include "maf_sandbox/net/http_server.hpp"
 
@@ -33,12 +35,10 @@ HttpResponse rpc_error(int status, int code, std::string_view message,
         status, json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", id}, {"error", error}}));
 }
 
-HttpResponse plain(int status, std::string body) {
-    HttpResponse response;
-    response.status = status;
-    response.headers.set("Content-Type", "text/plain; charset=utf-8");
-    response.body = std::move(body);
-    return response;
+// A refusal outside JSON-RPC proper (wrong path, origin, method): still a JSON-RPC error body, so
+// every answer of this endpoint (and of the HTTP layer under it, problem+json) is JSON.
+HttpResponse refusal(int status, std::string_view message) {
+    return rpc_error(status, -32000, message);
 }
 
 // DNS rebinding: a browser page may only reach this endpoint from a loopback origin.
@@ -56,21 +56,71 @@ bool origin_allowed(const std::optional<std::string>& origin) {
 }  // namespace
 
 struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
+    struct Entry {
+        std::shared_ptr<McpSession> session;
+        std::uint64_t last_used = 0;  // a use counter: larger is more recent
+        std::size_t in_flight = 0;
+    };
+
     McpServer& server;
+    std::size_t max_sessions;
     std::unique_ptr<net::HttpServer> http;
-    std::map<std::string, std::shared_ptr<McpSession>> sessions;
+    std::map<std::string, Entry> sessions;
+    std::uint64_t uses = 0;
     bool stopped = false;
 
-    explicit Impl(McpServer& mcp) : server(mcp) {}
+    Impl(McpServer& mcp, std::size_t max)
+        : server(mcp), max_sessions(std::max<std::size_t>(1, max)) {}
+
+    // Marks a session busy for one request; the entry may be gone (DELETE) when it ends.
+    struct Busy {
+        Impl& impl;
+        std::string id;
+        Busy(Impl& i, std::string session_id) : impl(i), id(std::move(session_id)) {
+            if (auto it = impl.sessions.find(id); it != impl.sessions.end()) {
+                ++it->second.in_flight;
+                it->second.last_used = ++impl.uses;
+            }
+        }
+        ~Busy() {
+            if (auto it = impl.sessions.find(id); it != impl.sessions.end()) {
+                --it->second.in_flight;
+                it->second.last_used = ++impl.uses;
+            }
+        }
+        Busy(const Busy&) = delete;
+        Busy& operator=(const Busy&) = delete;
+    };
+
+    // Makes room for one more session: ends the least recently used idle one. False when every
+    // session has a request in flight.
+    Task<bool> make_room() {
+        while (sessions.size() >= max_sessions) {
+            auto oldest = sessions.end();
+            for (auto it = sessions.begin(); it != sessions.end(); ++it) {
+                if (it->second.in_flight == 0 &&
+                    (oldest == sessions.end() || it->second.last_used < oldest->second.last_used)) {
+                    oldest = it;
+                }
+            }
+            if (oldest == sessions.end()) {
+                co_return false;
+            }
+            auto session = oldest->second.session;
+            sessions.erase(oldest);
+            co_await session->close();
+        }
+        co_return true;
+    }
 
     Task<HttpResponse> handle(HttpRequest request) {
         auto self = shared_from_this();
         const auto path = request.target.substr(0, request.target.find('?'));
         if (path != kMcpPath) {
-            co_return plain(404, fmt::format("Not found: the MCP endpoint is {}\n", kMcpPath));
+            co_return refusal(404, fmt::format("Not found: the MCP endpoint is {}", kMcpPath));
         }
         if (!origin_allowed(request.headers.get("Origin"))) {
-            co_return plain(403, "Forbidden: requests from this origin are not accepted\n");
+            co_return refusal(403, "Forbidden: requests from this origin are not accepted");
         }
         if (net::iequals(request.method, "POST")) {
             co_return co_await post(std::move(request));
@@ -78,7 +128,7 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
         if (net::iequals(request.method, "DELETE")) {
             co_return co_await end_session(request);
         }
-        auto refused = plain(405, "Method not allowed: use POST, or DELETE to end a session\n");
+        auto refused = refusal(405, "Method not allowed: use POST, or DELETE to end a session");
         refused.headers.set("Allow", "POST, DELETE");
         co_return refused;
     }
@@ -110,6 +160,14 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
         std::shared_ptr<McpSession> session;
         bool fresh = false;
         if (is_initialize && !session_id) {
+            const bool room = co_await make_room();
+            if (!room) {
+                co_return rpc_error(
+                    503, -32000,
+                    fmt::format("Too many sessions: all {} are busy; end one with DELETE {} or "
+                                "retry later",
+                                max_sessions, kMcpPath));
+            }
             session = server.open_session();
             fresh = true;
         } else if (!session_id) {
@@ -124,9 +182,13 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
                                     "Session not found: it ended or never existed; initialize "
                                     "a new session");
             }
-            session = it->second;
+            session = it->second.session;
         }
 
+        std::optional<Busy> busy;
+        if (!fresh) {
+            busy.emplace(*this, session->id());
+        }
         auto reply = co_await session->handle(std::move(request.body));
         if (fresh) {
             const bool accepted = reply && json::parse(*reply).as_object().contains("result");
@@ -134,7 +196,17 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
                 co_await session->close();
                 co_return json_response(400, reply.value_or("{}"));
             }
-            sessions[session->id()] = session;
+            // Another initialize may have filled the room while this one ran.
+            const bool room = co_await make_room();
+            if (!room) {
+                co_await session->close();
+                co_return rpc_error(
+                    503, -32000,
+                    fmt::format("Too many sessions: all {} are busy; end one with DELETE {} or "
+                                "retry later",
+                                max_sessions, kMcpPath));
+            }
+            sessions[session->id()] = Entry{session, ++uses, 0};
         }
         HttpResponse response;
         if (reply) {
@@ -152,23 +224,23 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
     Task<HttpResponse> end_session(const HttpRequest& request) {
         const auto session_id = request.headers.get(kSessionHeader);
         if (!session_id) {
-            co_return plain(
-                400, fmt::format("Bad Request: the {} header is required\n", kSessionHeader));
+            co_return refusal(
+                400, fmt::format("Bad Request: the {} header is required", kSessionHeader));
         }
         auto it = sessions.find(*session_id);
         if (it == sessions.end()) {
-            co_return plain(404, "Session not found\n");
+            co_return rpc_error(404, -32001, "Session not found");
         }
-        auto session = it->second;
+        auto session = it->second.session;
         sessions.erase(it);
         co_await session->close();
-        co_return plain(200, "");
+        co_return json_response(200, "{}");
     }
 };
 
 McpHttpServer::McpHttpServer(boost::asio::any_io_executor executor, McpServer& server,
                              McpHttpOptions options)
-    : impl_(std::make_shared<Impl>(server)) {
+    : impl_(std::make_shared<Impl>(server, options.max_sessions)) {
     net::HttpServerOptions http_options;
     http_options.host = options.host;
     http_options.port = options.port;
@@ -177,7 +249,7 @@ McpHttpServer::McpHttpServer(boost::asio::any_io_executor executor, McpServer& s
         std::move(executor), http_options, [weak](HttpRequest request) -> Task<HttpResponse> {
             auto impl = weak.lock();
             if (!impl) {
-                co_return plain(503, "The server is shutting down\n");
+                co_return rpc_error(503, -32000, "The server is shutting down");
             }
             co_return co_await impl->handle(std::move(request));
         });
@@ -203,8 +275,8 @@ Task<void> McpHttpServer::stop() {
     impl->stopped = true;
     auto sessions = std::move(impl->sessions);
     impl->sessions.clear();
-    for (auto& [id, session] : sessions) {
-        co_await session->close();
+    for (auto& [id, entry] : sessions) {
+        co_await entry.session->close();
     }
     co_await impl->http->stop(Seconds{1.0});
 }

@@ -8,15 +8,17 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/read_until.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/streambuf.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
 #include <cerrno>
 #include <csignal>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "maf_sandbox/core/errors.hpp"
 
@@ -24,6 +26,7 @@ namespace maf_sandbox::mcp {
 namespace {
 
 namespace asio = boost::asio;
+namespace json = boost::json;
 using namespace boost::asio::experimental::awaitable_operators;
 
 // One message per line. Writes are whole and in order: everything runs on one executor.
@@ -60,28 +63,91 @@ void dispatch(const std::shared_ptr<McpSession>& session, std::string line, int 
     asio::co_spawn(executor, answer(session, std::move(line), output_fd), asio::detached);
 }
 
+// Splits input into lines of at most `max` bytes. A longer line is answered once with a parse
+// error and its bytes are dropped as they arrive, up to and including its newline.
+class LineSplitter {
+  public:
+    LineSplitter(std::shared_ptr<McpSession> session, int output_fd, std::size_t max,
+                 asio::any_io_executor executor)
+        : session_(std::move(session)),
+          output_fd_(output_fd),
+          max_(max),
+          executor_(std::move(executor)) {}
+
+    void feed(std::string_view bytes) {
+        while (!bytes.empty()) {
+            const auto newline = bytes.find('\n');
+            const auto part = bytes.substr(0, newline);
+            if (!discarding_) {
+                if (pending_.size() + part.size() > max_) {
+                    refuse();
+                } else {
+                    pending_.append(part);
+                }
+            }
+            if (newline == std::string_view::npos) {
+                return;
+            }
+            if (!discarding_) {
+                dispatch(session_, std::move(pending_), output_fd_, executor_);
+            }
+            pending_.clear();
+            discarding_ = false;
+            bytes.remove_prefix(newline + 1);
+        }
+    }
+
+    // End of input: a last line without a newline is still a message.
+    void finish() {
+        if (!discarding_) {
+            dispatch(session_, std::move(pending_), output_fd_, executor_);
+        }
+        pending_.clear();
+    }
+
+  private:
+    void refuse() {
+        discarding_ = true;
+        pending_.clear();
+        pending_.shrink_to_fit();
+        const json::object error{
+            {"code", -32700},
+            {"message", fmt::format("Parse error: a message over {} bytes was dropped; send "
+                                    "smaller messages (one JSON-RPC message per line)",
+                                    max_)}};
+        write_line(output_fd_, json::serialize(json::object{
+                                   {"jsonrpc", "2.0"}, {"id", nullptr}, {"error", error}}));
+    }
+
+    std::shared_ptr<McpSession> session_;
+    int output_fd_;
+    std::size_t max_;
+    asio::any_io_executor executor_;
+    std::string pending_;
+    bool discarding_ = false;
+};
+
 Task<void> read_messages(asio::posix::stream_descriptor& input, std::shared_ptr<McpSession> session,
-                         int output_fd) {
+                         int output_fd, std::size_t max_message_bytes) {
     auto executor = co_await asio::this_coro::executor;
-    std::string buffer;
+    LineSplitter lines(std::move(session), output_fd, max_message_bytes, executor);
+    std::vector<char> chunk(65536);
     for (;;) {
-        auto [error, size] = co_await asio::async_read_until(
-            input, asio::dynamic_buffer(buffer), '\n', asio::as_tuple(asio::use_awaitable));
+        auto [error, size] = co_await input.async_read_some(asio::buffer(chunk),
+                                                            asio::as_tuple(asio::use_awaitable));
+        lines.feed(std::string_view(chunk.data(), size));
         if (error) {
-            // End of input: a last line without a newline is still a message.
-            dispatch(session, std::move(buffer), output_fd, executor);
+            lines.finish();
             co_return;
         }
-        std::string line = buffer.substr(0, size - 1);
-        buffer.erase(0, size);
-        dispatch(session, std::move(line), output_fd, executor);
     }
 }
 
-// A regular file as input cannot be watched by epoll; it is read in one go instead.
-Task<void> read_file_messages(int input_fd, std::shared_ptr<McpSession> session, int output_fd) {
+// A regular file as input cannot be watched by epoll; it is read with blocking reads instead.
+Task<void> read_file_messages(int input_fd, std::shared_ptr<McpSession> session, int output_fd,
+                              std::size_t max_message_bytes) {
     auto executor = co_await asio::this_coro::executor;
-    std::string content;
+    LineSplitter lines(std::move(session), output_fd, max_message_bytes, executor);
     char chunk[65536];
     for (;;) {
         const auto n = ::read(input_fd, chunk, sizeof chunk);
@@ -91,17 +157,9 @@ Task<void> read_file_messages(int input_fd, std::shared_ptr<McpSession> session,
         if (n <= 0) {
             break;
         }
-        content.append(chunk, static_cast<std::size_t>(n));
+        lines.feed(std::string_view(chunk, static_cast<std::size_t>(n)));
     }
-    std::size_t start = 0;
-    while (start < content.size()) {
-        auto end = content.find('\n', start);
-        if (end == std::string::npos) {
-            end = content.size();
-        }
-        dispatch(session, content.substr(start, end - start), output_fd, executor);
-        start = end + 1;
-    }
+    lines.finish();
     co_return;
 }
 
@@ -131,10 +189,10 @@ Task<void> serve_stdio(McpServer& server, StdioOptions options) {
 
     auto stop = signals.async_wait(asio::as_tuple(asio::use_awaitable));
     if (!assign_error) {
-        auto reader = read_messages(input, session, output_fd);
+        auto reader = read_messages(input, session, output_fd, options.max_message_bytes);
         co_await (std::move(reader) || std::move(stop));
     } else {
-        auto reader = read_file_messages(input_fd, session, output_fd);
+        auto reader = read_file_messages(input_fd, session, output_fd, options.max_message_bytes);
         co_await std::move(reader);
         ::close(input_fd);
         // Let the requests read from the file finish before the session ends.

@@ -13,9 +13,12 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
 #include <map>
 #include <mutex>
 
+#include "maf_sandbox/core/utf8.hpp"
 #include "tls_context.hpp"
 #include "wire.hpp"
 
@@ -35,12 +38,46 @@ std::chrono::steady_clock::duration to_duration(Seconds s) {
     return std::chrono::duration_cast<std::chrono::steady_clock::duration>(s);
 }
 
-HttpResponse plain_error(int status, std::string text) {
+// What the server answers itself (before or instead of the handler): RFC 7807 problem+json, so a
+// JSON client (the emulator's, MCP's) can read every refusal the same way as the handler's own.
+HttpResponse problem_error(int status, std::string_view title, std::string_view detail) {
     HttpResponse response;
     response.status = status;
-    response.headers.set("Content-Type", "text/plain; charset=utf-8");
-    response.body = std::move(text);
+    response.headers.set("Content-Type", "application/problem+json");
+    response.body = boost::json::serialize(boost::json::object{
+        {"title", title}, {"status", status}, {"detail", replace_invalid_utf8(detail)}});
     return response;
+}
+
+HttpResponse body_too_large(std::size_t limit) {
+    return problem_error(413, "PayloadTooLarge",
+                         fmt::format("The request body is over {} bytes; send less.", limit));
+}
+
+// A request the parser refused as malformed (a control character in a header, a bad
+// Content-Length or chunk size, ...): answered 400, where a lost connection would leave the client
+// guessing. Running out of input or time is not malformed: there is no one left to answer.
+bool malformed_request(const boost::system::error_code& ec) {
+    if (ec.category() != http::make_error_code(http::error::bad_method).category()) {
+        return false;
+    }
+    switch (static_cast<http::error>(ec.value())) {
+        case http::error::bad_line_ending:
+        case http::error::bad_method:
+        case http::error::bad_target:
+        case http::error::bad_version:
+        case http::error::bad_field:
+        case http::error::bad_value:
+        case http::error::bad_content_length:
+        case http::error::bad_transfer_encoding:
+        case http::error::bad_chunk:
+        case http::error::bad_chunk_extension:
+        case http::error::bad_obs_fold:
+        case http::error::unexpected_body:
+            return true;
+        default:
+            return false;
+    }
 }
 
 http::response<http::string_body> to_wire(HttpResponse response, bool keep_alive,
@@ -235,15 +272,20 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
                                              asio::redirect_error(asio::use_awaitable, ec));
             if (ec) {
                 if (ec == http::error::header_limit) {
-                    co_await write_response(stream, tcp,
-                                            plain_error(431, "request headers too large\n"), false,
-                                            false, ec);
+                    auto refusal =
+                        problem_error(431, "RequestHeaderFieldsTooLarge",
+                                      fmt::format("The request line and headers are over {} bytes.",
+                                                  kMaxRequestHeaderBytes));
+                    co_await write_response(stream, tcp, std::move(refusal), false, false, ec);
                 } else if (ec == http::error::body_limit) {  // a Content-Length over the bound
-                    co_await write_response(
-                        stream, tcp,
-                        plain_error(413, fmt::format("request body over {} bytes\n",
-                                                     options.max_request_body_bytes)),
-                        false, false, ec);
+                    auto refusal = body_too_large(options.max_request_body_bytes);
+                    co_await write_response(stream, tcp, std::move(refusal), false, false, ec);
+                    co_await drain(stream, tcp);
+                } else if (malformed_request(ec)) {
+                    auto refusal = problem_error(
+                        400, "BadRequest",
+                        fmt::format("The request is not valid HTTP/1.1: {}.", ec.message()));
+                    co_await write_response(stream, tcp, std::move(refusal), false, false, ec);
                     co_await drain(stream, tcp);
                 }
                 break;
@@ -259,11 +301,14 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
                                       asio::redirect_error(asio::use_awaitable, ec));
             if (ec) {
                 if (ec == http::error::body_limit) {
-                    co_await write_response(
-                        stream, tcp,
-                        plain_error(413, fmt::format("request body over {} bytes\n",
-                                                     options.max_request_body_bytes)),
-                        false, false, ec);
+                    auto refusal = body_too_large(options.max_request_body_bytes);
+                    co_await write_response(stream, tcp, std::move(refusal), false, false, ec);
+                    co_await drain(stream, tcp);
+                } else if (malformed_request(ec)) {
+                    auto refusal = problem_error(
+                        400, "BadRequest",
+                        fmt::format("The request body is not valid HTTP/1.1: {}.", ec.message()));
+                    co_await write_response(stream, tcp, std::move(refusal), false, false, ec);
                     co_await drain(stream, tcp);
                 }
                 break;
@@ -284,7 +329,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
             } catch (const AbortConnection& abort) {
                 abort_bytes = truncated_bytes(abort.partial());
             } catch (const std::exception& e) {
-                response = plain_error(500, fmt::format("internal error: {}\n", e.what()));
+                response = problem_error(500, "InternalServerError", e.what());
             }
             if (abort_bytes) {
                 tcp.expires_after(to_duration(options.read_timeout));

@@ -10,6 +10,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -62,6 +63,11 @@ std::unique_ptr<SandboxCgroup> SandboxCgroup::create(std::string_view name,
     return detect_cgroup_layout() == CgroupLayout::v1
                ? cgroup_detail::create_v1(name, limits, delegate_uid, delegate_gid)
                : cgroup_detail::create_v2(name, limits, delegate_uid, delegate_gid);
+}
+
+void SandboxCgroup::freeze(bool) {
+    throw SandboxCapabilityNotSupported(
+        "this cgroup driver cannot freeze a sandbox; stop it by deleting it instead");
 }
 
 std::unique_ptr<SandboxCgroup> SandboxCgroup::attach(CgroupLayout layout,
@@ -178,16 +184,19 @@ std::string own_cgroup(std::string_view controller) {
 
 bool remove_dir_retrying(const fs::path& dir) {
     using namespace std::chrono_literals;
-    for (int attempt = 0; attempt < 200; ++attempt) {
+    // (perf) A backoff from 100 us to 5 ms rather than a flat 5 ms: the kernel usually releases
+    // the cgroup within a millisecond, and disposal waits on this. Still about 1 s in all.
+    const auto deadline = std::chrono::steady_clock::now() + 1s;
+    for (int attempt = 0;; ++attempt) {
         if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) {
             return true;
         }
-        if (errno != EBUSY) {
+        if (errno != EBUSY || std::chrono::steady_clock::now() >= deadline) {
             return false;
         }
-        std::this_thread::sleep_for(5ms);
+        std::this_thread::sleep_for(
+            std::min<std::chrono::microseconds>(100us * (1 << std::min(attempt, 6)), 5ms));
     }
-    return false;
 }
 
 }  // namespace cgroup_detail

@@ -88,6 +88,23 @@ class CgroupV2 final : public SandboxCgroup {
         }
     }
 
+    void freeze(bool frozen) override {
+        using namespace std::chrono_literals;
+        write_file(dir_ / "cgroup.freeze", frozen ? "1" : "0");
+        const std::string want = frozen ? "frozen 1" : "frozen 0";
+        for (int round = 0; round < 500; ++round) {
+            const auto events = read_small_file(dir_ / "cgroup.events").value_or("");
+            if (events.find(want) != std::string::npos) {
+                return;
+            }
+            std::this_thread::sleep_for(round < 20 ? 1ms : 10ms);
+        }
+        throw SystemError(
+            EBUSY,
+            fmt::format("the sandbox did not become {} within 5 s", frozen ? "frozen" : "thawed"),
+            "check for processes stuck in uninterruptible sleep (state D)");
+    }
+
   private:
     fs::path dir_;
 };

@@ -101,6 +101,8 @@ json::value to_json(const ExecCall& call) {
     out["env"] = std::move(env);
     out["max_output_bytes"] = call.max_output_bytes;
     out["timeout_ms"] = call.timeout.count();
+    out["wait_for_output_eof"] = call.wait_for_output_eof;
+    out["kill_past_output_cap"] = call.kill_past_output_cap;
     return out;
 }
 
@@ -123,6 +125,13 @@ ExecCall exec_call_from_json(const json::value& value) {
     }
     call.max_output_bytes = in.at("max_output_bytes").to_number<std::uint64_t>();
     call.timeout = std::chrono::milliseconds(in.at("timeout_ms").to_number<std::int64_t>());
+    // Absent in requests from hosts built before these options existed.
+    if (const auto* v = in.if_contains("wait_for_output_eof"); v != nullptr && v->is_bool()) {
+        call.wait_for_output_eof = v->as_bool();
+    }
+    if (const auto* v = in.if_contains("kill_past_output_cap"); v != nullptr && v->is_bool()) {
+        call.kill_past_output_cap = v->as_bool();
+    }
     return call;
 }
 

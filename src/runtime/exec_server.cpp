@@ -8,6 +8,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -55,9 +56,257 @@ struct Stream {
     std::uint64_t sent = 0;
 };
 
+// What the guest process needs once the request is known.
+struct Launch {
+    std::vector<std::string> argv;
+    std::vector<std::string> candidates;  // argv[0] resolved against PATH, in order
+    std::vector<std::string> env;         // KEY=VALUE
+    std::string cwd;
+};
+
+void put_u32(std::string& out, std::uint32_t value) {
+    for (int i = 0; i < 4; ++i) {
+        out.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
+    }
+}
+
+std::uint32_t get_u32(std::string_view& in) {
+    if (in.size() < 4) {
+        return 0;
+    }
+    std::uint32_t value = 0;
+    for (int i = 0; i < 4; ++i) {
+        value |= static_cast<std::uint32_t>(static_cast<unsigned char>(in[i])) << (8 * i);
+    }
+    in.remove_prefix(4);
+    return value;
+}
+
+// A length-prefixed list of length-prefixed strings per field; the guest process decodes it.
+std::string encode(const Launch& launch) {
+    std::string body;
+    const auto put_list = [&](const std::vector<std::string>& items) {
+        put_u32(body, static_cast<std::uint32_t>(items.size()));
+        for (const auto& item : items) {
+            put_u32(body, static_cast<std::uint32_t>(item.size()));
+            body += item;
+        }
+    };
+    put_list(launch.argv);
+    put_list(launch.candidates);
+    put_list(launch.env);
+    put_list({launch.cwd});
+    std::string out;
+    put_u32(out, static_cast<std::uint32_t>(body.size()));
+    return out + body;
+}
+
+bool decode(std::string_view in, Launch& launch) {
+    const auto get_list = [&](std::vector<std::string>& items) {
+        const auto count = get_u32(in);
+        for (std::uint32_t i = 0; i < count; ++i) {
+            const auto size = get_u32(in);
+            if (size > in.size()) {
+                return false;
+            }
+            items.emplace_back(in.substr(0, size));
+            in.remove_prefix(size);
+        }
+        return true;
+    };
+    std::vector<std::string> cwd;
+    if (!get_list(launch.argv) || !get_list(launch.candidates) || !get_list(launch.env) ||
+        !get_list(cwd) || cwd.size() != 1 || launch.argv.empty()) {
+        return false;
+    }
+    launch.cwd = std::move(cwd[0]);
+    return true;
+}
+
+bool read_exact(int fd, char* data, std::size_t size) {
+    while (size > 0) {
+        const ssize_t n = ::read(fd, data, size);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            return false;
+        }
+        data += n;
+        size -= static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
+bool write_exact(int fd, const char* data, std::size_t size) {
+    while (size > 0) {
+        const ssize_t n = ::write(fd, data, size);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            return false;
+        }
+        data += n;
+        size -= static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
+// A guest process forked into its exec cgroup, hardened, and waiting for its Launch on
+// `command`. The supervisor is single-threaded, so the child may allocate freely before execve.
+struct Guest {
+    pid_t pid = -1;
+    std::optional<ExecCgroupParent::Child> cgroup;
+    UniqueFd stdin_fd;
+    UniqueFd stdout_fd;
+    UniqueFd stderr_fd;
+    UniqueFd failure_fd;
+    UniqueFd command_fd;
+    UniqueFd ready_fd;  // one byte once hardened; EOF when it died first
+    UniqueFd pidfd;
+};
+
+[[noreturn]] void guest_main(const ExecContext& context, const ExecCgroupParent::Child* cgroup,
+                             int in, int out, int err, int fail, int command, int ready) {
+    const auto fail_with = [&](int stage) {
+        const ChildFailure failure{stage, errno};
+        [[maybe_unused]] auto n = ::write(fail, &failure, sizeof failure);
+        ::_exit(127);
+    };
+    const auto& config = *context.config;
+    sigset_t all;
+    sigemptyset(&all);
+    ::sigprocmask(SIG_SETMASK, &all, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    ::setsid();
+    if (cgroup != nullptr && !cgroup->join_self()) {
+        fail_with(0);
+    }
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+    if (!drop_bounding_set()) {
+        fail_with(2);
+    }
+    if (!install_seccomp(*context.seccomp)) {
+        fail_with(4);
+    }
+    // Waits still as the sandbox's root (no bounding set, no_new_privs, filtered) so that guest
+    // processes, which run as the guest user, cannot signal the next exec's process; dumpable is
+    // off (inherited from PID 1), so they cannot read its descriptors either.
+    [[maybe_unused]] auto signalled = ::write(ready, "r", 1);
+    ::close(ready);
+    char header[4];
+    if (!read_exact(command, header, sizeof header)) {
+        ::_exit(0);  // the handler went away before using us
+    }
+    std::string_view header_view(header, sizeof header);
+    std::string body(get_u32(header_view), '\0');
+    Launch launch;
+    if (!read_exact(command, body.data(), body.size()) || !decode(body, launch)) {
+        ::_exit(0);
+    }
+    ::close(command);
+    const gid_t groups[1] = {config.guest_gid};
+    if (::setgroups(1, groups) != 0 ||
+        ::setresgid(config.guest_gid, config.guest_gid, config.guest_gid) != 0 ||
+        ::setresuid(config.guest_uid, config.guest_uid, config.guest_uid) != 0) {
+        fail_with(1);
+    }
+    if (!drop_all_capabilities()) {
+        fail_with(2);
+    }
+    if (::chdir(launch.cwd.c_str()) != 0) {
+        fail_with(3);
+    }
+    std::vector<char*> argv;
+    for (auto& arg : launch.argv) {
+        argv.push_back(arg.data());
+    }
+    argv.push_back(nullptr);
+    std::vector<char*> env;
+    for (auto& line : launch.env) {
+        env.push_back(line.data());
+    }
+    env.push_back(nullptr);
+    int exec_error = ENOENT;
+    for (const auto& candidate : launch.candidates) {
+        ::execve(candidate.c_str(), argv.data(), env.data());
+        if (errno != ENOENT && errno != ENOTDIR) {
+            exec_error = errno;
+            if (errno != EACCES) {
+                break;
+            }
+        }
+    }
+    errno = exec_error;
+    fail_with(5);
+    ::_exit(127);
+}
+
+// Creates the exec's cgroup and pipes and forks the guest process. Throws on failure.
+Guest prepare_guest(const ExecContext& context) {
+    static std::atomic<unsigned> counter{0};
+    Guest guest;
+    if (!context.cgroups->empty()) {
+        // Unique even when a handler's pid is reused while an older exec's cgroup of that pid is
+        // still being removed (joining a cgroup mid-removal fails with ENODEV).
+        const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
+        guest.cgroup = context.cgroups->make_child(
+            fmt::format("exec-{}-{}-{:x}", ::getpid(), counter++, stamp));
+    }
+    int in[2], out[2], err[2], fail[2], command[2], ready[2];
+    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 ||
+        ::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(fail, O_CLOEXEC) != 0 ||
+        ::pipe2(command, O_CLOEXEC) != 0 || ::pipe2(ready, O_CLOEXEC) != 0) {
+        throw std::runtime_error(fmt::format("creating pipes: {}", std::strerror(errno)));
+    }
+    const pid_t child = ::fork();
+    if (child < 0) {
+        throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
+    }
+    if (child == 0) {
+        guest_main(context, guest.cgroup ? &*guest.cgroup : nullptr, in[0], out[1], err[1], fail[1],
+                   command[0], ready[1]);
+    }
+    for (const int fd : {in[0], out[1], err[1], fail[1], command[0], ready[1]}) {
+        ::close(fd);
+    }
+    guest.pid = child;
+    guest.stdin_fd = UniqueFd(in[1]);
+    guest.stdout_fd = UniqueFd(out[0]);
+    guest.stderr_fd = UniqueFd(err[0]);
+    guest.failure_fd = UniqueFd(fail[0]);
+    guest.command_fd = UniqueFd(command[1]);
+    guest.ready_fd = UniqueFd(ready[0]);
+    guest.pidfd = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
+    return guest;
+}
+
+// True when a guest prepared earlier is still waiting for its Launch (guest processes cannot
+// signal it, but the kernel's OOM killer or a sandbox-wide kill can end it meanwhile).
+bool still_waiting(const Guest& guest) {
+    pollfd fds[1] = {{guest.pidfd.get(), POLLIN, 0}};
+    return guest.pid > 0 && ::poll(fds, 1, 0) == 0;
+}
+
+void discard(Guest& guest) {
+    if (guest.pid > 0) {
+        ::kill(guest.pid, SIGKILL);
+        ::waitpid(guest.pid, nullptr, 0);
+    }
+    if (guest.cgroup) {
+        guest.cgroup->remove();
+    }
+    guest = Guest{};
+}
+
 class Exec {
   public:
-    Exec(int connection, const ExecContext& context) : connection_(connection), context_(context) {}
+    Exec(int connection, const ExecContext& context, std::optional<Guest> prepared)
+        : connection_(connection), context_(context), prepared_(std::move(prepared)) {}
 
     void run() {
         char type = 0;
@@ -81,14 +330,17 @@ class Exec {
         }
         exec_wire::write_frame(connection_, exec_wire::kResult,
                                json::serialize(exec_wire::to_json(reply)));
+        // Off the host's critical path: the result is already on its way.
+        if (guest_.cgroup && guest_.cgroup->empty()) {
+            guest_.cgroup->remove();
+        }
     }
 
   private:
-    void execute(const ExecCall& call, ExecReply& reply) {
+    Launch make_launch(const ExecCall& call) const {
         const auto& config = *context_.config;
-        // Everything the child needs is prepared here: between fork and exec only
-        // async-signal-safe calls run.
-        std::vector<std::string> argv =
+        Launch launch;
+        launch.argv =
             std::holds_alternative<std::string>(call.command)
                 ? std::vector<std::string>{"/bin/sh", "-c", std::get<std::string>(call.command)}
                 : std::get<std::vector<std::string>>(call.command);
@@ -96,117 +348,58 @@ class Exec {
         for (const auto& [key, value] : call.env) {
             env[key] = value;
         }
-        std::vector<std::string> env_lines;
         for (const auto& [key, value] : env) {
-            env_lines.push_back(key + "=" + value);
+            launch.env.push_back(key + "=" + value);
         }
-        std::vector<std::string> candidates;
-        if (argv[0].find('/') != std::string::npos) {
-            candidates.push_back(argv[0]);
+        const auto& program = launch.argv[0];
+        if (program.find('/') != std::string::npos) {
+            launch.candidates.push_back(program);
         } else {
             const std::string search = env.count("PATH") ? env["PATH"] : std::string(kDefaultPath);
             std::string_view path = search;
             while (true) {
                 const auto colon = path.find(':');
                 const auto dir = path.substr(0, colon);
-                candidates.push_back(fmt::format("{}/{}", dir.empty() ? "." : dir, argv[0]));
+                launch.candidates.push_back(fmt::format("{}/{}", dir.empty() ? "." : dir, program));
                 if (colon == std::string_view::npos) {
                     break;
                 }
                 path.remove_prefix(colon + 1);
             }
         }
-        const std::string cwd = call.cwd.empty() ? config.default_cwd : call.cwd;
-        std::vector<char*> argv_ptrs;
-        for (auto& arg : argv) {
-            argv_ptrs.push_back(arg.data());
-        }
-        argv_ptrs.push_back(nullptr);
-        std::vector<char*> env_ptrs;
-        for (auto& line : env_lines) {
-            env_ptrs.push_back(line.data());
-        }
-        env_ptrs.push_back(nullptr);
+        launch.cwd = call.cwd.empty() ? config.default_cwd : call.cwd;
+        return launch;
+    }
 
-        static std::atomic<unsigned> counter{0};
-        std::optional<ExecCgroupParent::Child> cgroup;
-        if (!context_.cgroups->empty()) {
-            cgroup = context_.cgroups->make_child(fmt::format("exec-{}-{}", ::getpid(), counter++));
+    void execute(const ExecCall& call, ExecReply& reply) {
+        const Launch launch = make_launch(call);
+        const std::string message = encode(launch);
+        if (prepared_ && still_waiting(*prepared_) &&
+            write_exact(prepared_->command_fd.get(), message.data(), message.size())) {
+            guest_ = std::move(*prepared_);
+        } else {
+            if (prepared_) {
+                discard(*prepared_);
+            }
+            guest_ = prepare_guest(context_);
+            // A failed write means the guest died preparing; its failure pipe says why.
+            [[maybe_unused]] auto sent =
+                write_exact(guest_.command_fd.get(), message.data(), message.size());
         }
-
-        int in[2], out[2], err[2], fail[2];
-        if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 ||
-            ::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(fail, O_CLOEXEC) != 0) {
-            throw std::runtime_error(fmt::format("creating pipes: {}", std::strerror(errno)));
-        }
-        const uid_t uid = config.guest_uid;
-        const gid_t gid = config.guest_gid;
-        const auto& seccomp = *context_.seccomp;
-        const pid_t child = ::fork();
-        if (child < 0) {
-            throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
-        }
-        if (child == 0) {
-            const auto fail_with = [&](int stage) {
-                const ChildFailure failure{stage, errno};
-                [[maybe_unused]] auto n = ::write(fail[1], &failure, sizeof failure);
-                ::_exit(127);
-            };
-            sigset_t all;
-            sigemptyset(&all);
-            ::sigprocmask(SIG_SETMASK, &all, nullptr);
-            ::signal(SIGPIPE, SIG_DFL);
-            ::setsid();
-            if (cgroup && !cgroup->join_self()) {
-                fail_with(0);
-            }
-            ::dup2(in[0], 0);
-            ::dup2(out[1], 1);
-            ::dup2(err[1], 2);
-            ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
-            if (!drop_bounding_set()) {
-                fail_with(2);
-            }
-            const gid_t groups[1] = {gid};
-            if (::setgroups(1, groups) != 0 || ::setresgid(gid, gid, gid) != 0 ||
-                ::setresuid(uid, uid, uid) != 0) {
-                fail_with(1);
-            }
-            if (!drop_all_capabilities()) {
-                fail_with(2);
-            }
-            if (::chdir(cwd.c_str()) != 0) {
-                fail_with(3);
-            }
-            if (!install_seccomp(seccomp)) {
-                fail_with(4);
-            }
-            int exec_error = ENOENT;
-            for (const auto& candidate : candidates) {
-                ::execve(candidate.c_str(), argv_ptrs.data(), env_ptrs.data());
-                if (errno != ENOENT && errno != ENOTDIR) {
-                    exec_error = errno;
-                    if (errno != EACCES) {
-                        break;
-                    }
-                }
-            }
-            errno = exec_error;
-            fail_with(5);
-        }
-        ::close(in[0]);
-        ::close(out[1]);
-        ::close(err[1]);
-        ::close(fail[1]);
-        UniqueFd stdin_fd(in[1]);
-        UniqueFd failure_fd(fail[0]);
-        streams_[0] = Stream{UniqueFd(out[0]), exec_wire::kStdout};
-        streams_[1] = Stream{UniqueFd(err[0]), exec_wire::kStderr};
+        prepared_.reset();
+        guest_.command_fd.reset();
+        guest_.ready_fd.reset();
+        const pid_t child = guest_.pid;
+        UniqueFd stdin_fd = std::move(guest_.stdin_fd);
+        UniqueFd failure_fd = std::move(guest_.failure_fd);
+        streams_[0] = Stream{std::move(guest_.stdout_fd), exec_wire::kStdout};
+        streams_[1] = Stream{std::move(guest_.stderr_fd), exec_wire::kStderr};
         for (auto& stream : streams_) {
             ::fcntl(stream.fd.get(), F_SETFL, O_NONBLOCK);
         }
         ::fcntl(stdin_fd.get(), F_SETFL, O_NONBLOCK);
-        UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
+        const auto& cgroup = guest_.cgroup;
+        const int pidfd = guest_.pidfd.get();
 
         const auto deadline = Clock::now() + call.timeout;
         std::size_t stdin_offset = 0;
@@ -214,13 +407,20 @@ class Exec {
             stdin_fd.reset();
         }
         bool exited = false;
+        bool killed = false;
         int status = 0;
         cap_ = call.max_output_bytes;
-        while (!exited) {
+        stop_at_cap_ = call.kill_past_output_cap;
+        // With wait_for_output_eof the exec is over only when the program has exited and every
+        // holder of its stdout and stderr (background children included) has closed them.
+        const auto over = [&] {
+            return exited && (!call.wait_for_output_eof || (eof_[0] && eof_[1]));
+        };
+        while (!over()) {
             pollfd fds[5];
             int count = 0;
             const int pid_index = count;
-            fds[count++] = {pidfd.get(), POLLIN, 0};
+            fds[count++] = {exited ? -1 : pidfd, POLLIN, 0};
             const int conn_index = count;
             fds[count++] = {connection_, POLLIN | POLLRDHUP, 0};
             const int out_index = count;
@@ -235,8 +435,12 @@ class Exec {
                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())
                     .count();
             if (left <= 0) {
-                kill_tree(cgroup, child);
-                ::waitpid(child, nullptr, 0);
+                if (!killed) {
+                    kill_tree(cgroup, child);
+                }
+                if (!exited) {
+                    ::waitpid(child, nullptr, 0);
+                }
                 reply.status = ExecStatus::timed_out;
                 reply.message =
                     fmt::format("the exec ran past its {} ms timeout; its process tree was killed",
@@ -272,7 +476,18 @@ class Exec {
                     stdin_fd.reset();
                 }
             }
-            if (fds[pid_index].revents & POLLIN) {
+            if (call.kill_past_output_cap && !killed &&
+                (streams_[0].total > cap_ || streams_[1].total > cap_)) {
+                // Past the cap: the whole tree goes now (exit 137 when the program was still
+                // running), and the pipes reach EOF because no writer is left.
+                kill_tree(cgroup, child);
+                killed = true;
+                if (!exited) {
+                    ::waitpid(child, &status, 0);
+                    exited = true;
+                }
+            }
+            if (!exited && (fds[pid_index].revents & POLLIN)) {
                 ::waitpid(child, &status, 0);
                 exited = true;
             }
@@ -280,13 +495,10 @@ class Exec {
         drain();
         ChildFailure failure{};
         if (::read(failure_fd.get(), &failure, sizeof failure) == sizeof failure) {
-            describe_failure(failure, argv[0], cwd, reply);
+            describe_failure(failure, launch.argv[0], launch.cwd, reply);
         } else {
             reply.status = ExecStatus::exited;
             reply.exit_code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-        }
-        if (cgroup && cgroup->empty()) {
-            cgroup->remove();
         }
         finish(reply);
     }
@@ -338,6 +550,9 @@ class Exec {
                 return;
             }
             send_text(stream, std::string_view(buffer, static_cast<std::size_t>(n)));
+            if (stop_at_cap_ && stream.total > cap_) {
+                return;  // the caller kills the tree; a flood must not keep us reading
+            }
         }
     }
 
@@ -374,16 +589,48 @@ class Exec {
 
     int connection_;
     const ExecContext& context_;
+    std::optional<Guest> prepared_;
+    Guest guest_;
     Stream streams_[2];
     bool eof_[2] = {false, false};
     std::uint64_t cap_ = 0;
+    bool stop_at_cap_ = false;
 };
 
 }  // namespace
 
 void serve_exec(int connection, const ExecContext& context) {
     ::signal(SIGPIPE, SIG_IGN);
-    Exec(connection, context).run();
+    Exec(connection, context, std::nullopt).run();
+}
+
+void serve_next_exec(int listener, int accepted_fd, const ExecContext& context) {
+    ::signal(SIGPIPE, SIG_IGN);
+    std::optional<Guest> prepared;
+    try {
+        prepared = prepare_guest(context);
+        // Wait until it is hardened (its cgroup populated), so PID 1's sweep of empty exec
+        // cgroups, which follows our accept, can never take it.
+        char byte = 0;
+        if (::read(prepared->ready_fd.get(), &byte, 1) != 1) {
+            discard(*prepared);
+            prepared.reset();
+        }
+    } catch (const std::exception&) {
+        prepared.reset();  // served on demand after accept, which reports the failure
+    }
+    [[maybe_unused]] auto prepared_told = ::write(accepted_fd, "p", 1);
+    UniqueFd connection;
+    while (!connection) {
+        connection = UniqueFd(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+        if (!connection && errno != EINTR && errno != ECONNABORTED) {
+            std::_Exit(1);
+        }
+    }
+    ::close(listener);
+    [[maybe_unused]] auto accepted_told = ::write(accepted_fd, "a", 1);
+    ::close(accepted_fd);
+    Exec(connection.get(), context, std::move(prepared)).run();
 }
 
 }  // namespace maf_sandbox::runtime

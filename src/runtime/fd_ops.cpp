@@ -199,7 +199,8 @@ int write_all(int fd, std::string_view data) {
     return 0;
 }
 
-void write_file_durably(const std::filesystem::path& path, std::string_view content, mode_t mode) {
+void write_file_durably(const std::filesystem::path& path, std::string_view content, mode_t mode,
+                        bool sync) {
     const auto dir = path.parent_path();
     UniqueFd dir_fd{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
     if (!dir_fd) {
@@ -219,7 +220,7 @@ void write_file_durably(const std::filesystem::path& path, std::string_view cont
     if (const int error = write_all(fd.get(), content); error != 0) {
         fail(error, fmt::format("writing '{}'", path.string()));
     }
-    if (::fchmod(fd.get(), mode) != 0 || ::fsync(fd.get()) != 0) {
+    if (::fchmod(fd.get(), mode) != 0 || (sync && ::fsync(fd.get()) != 0)) {
         fail(errno, fmt::format("syncing '{}'", path.string()));
     }
     fd.reset();
@@ -227,7 +228,7 @@ void write_file_durably(const std::filesystem::path& path, std::string_view cont
         fail(errno, fmt::format("renaming a temporary file onto '{}'", path.string()));
     }
     // The rename is durable only once the directory itself is on disk.
-    if (::fsync(dir_fd.get()) != 0) {
+    if (sync && ::fsync(dir_fd.get()) != 0) {
         throw SystemError(errno, fmt::format("syncing directory '{}'", dir.string()));
     }
 }

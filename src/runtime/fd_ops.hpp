@@ -29,9 +29,11 @@ void remove_host_tree(const std::filesystem::path& path, bool stay_on_device);
 std::string random_hex(std::size_t bytes);
 
 // Writes `content` to `path` crash-safely: a temporary sibling (O_EXCL), fsync, rename, fsync of
-// the directory. Throws SystemError.
+// the directory. With `sync` false the two fsyncs are skipped: the rename alone still means a
+// reader (or a process that crashed mid-write) sees the old content or the new, never a torn file;
+// only an operating-system crash may then lose the write. Throws SystemError.
 void write_file_durably(const std::filesystem::path& path, std::string_view content,
-                        mode_t mode = 0600);
+                        mode_t mode = 0600, bool sync = true);
 
 // Reads a whole host file (at most `max_bytes`); throws SystemError, or InvalidArgument when
 // larger.

@@ -10,6 +10,7 @@
 
 #include "fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/cgroup.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -17,7 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::string_view kCgroupRoot = "/sys/fs/cgroup/";
+constexpr std::string_view kCgroupPrefix = "/sys/fs/cgroup/";
 
 bool older_than(const fs::path& path, std::chrono::seconds age) {
     struct stat st {};
@@ -28,9 +29,36 @@ bool older_than(const fs::path& path, std::chrono::seconds age) {
            age;
 }
 
+// Every cgroup directory called `name` under /sys/fs/cgroup (v1 hierarchies and v2 alike; a few
+// hundred directories on a typical host), links skipped so no directory is found twice.
+std::vector<fs::path> cgroups_named(const std::string& name) {
+    std::vector<fs::path> found;
+    std::error_code ec;
+    fs::recursive_directory_iterator it(kCgroupRoot, fs::directory_options::skip_permission_denied,
+                                        ec);
+    for (const fs::recursive_directory_iterator end; !ec && it != end; it.increment(ec)) {
+        if (it->is_symlink(ec) || !it->is_directory(ec)) {
+            it.disable_recursion_pending();
+            continue;
+        }
+        if (it->path().filename() == name) {
+            found.push_back(it->path());
+            it.disable_recursion_pending();
+        }
+    }
+    return found;
+}
+
 }  // namespace
 
 void remove_recorded_cgroups(const SandboxRecord& record) {
+    // A creator killed after making the sandbox's cgroups but before recording them leaves a
+    // running supervisor in cgroups the record does not name. They are found by their name,
+    // maf-sbx-<id>, which no other sandbox can have (the id is 128 random bits), and everything in
+    // them is killed before they are removed.
+    if (auto named = cgroups_named(fmt::format("maf-sbx-{}", record.id)); !named.empty()) {
+        SandboxCgroup::attach(detect_cgroup_layout(), std::move(named))->destroy();
+    }
     const auto* paths = record.runtime.if_contains("cgroup_paths");
     if (paths == nullptr || !paths->is_array()) {
         return;
@@ -42,7 +70,7 @@ void remove_recorded_cgroups(const SandboxRecord& record) {
         }
         const auto path = fs::path(std::string(item.get_string())).lexically_normal().string();
         // Only cgroups: a damaged record must never make gc rmdir anything else.
-        if (path.starts_with(kCgroupRoot) && path.find("/../") == std::string::npos) {
+        if (path.starts_with(kCgroupPrefix) && path.find("/../") == std::string::npos) {
             dirs.push_back(path);
         }
     }

@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <fmt/format.h>
@@ -34,6 +35,18 @@ void do_mount(const char* source, const fs::path& target, const char* type, unsi
                                       source ? source : "", target.string()),
                           "run as root on a kernel with overlayfs and tmpfs");
     }
+}
+
+// A tmpfs's inode count is not bounded by its size (an empty file takes no page), and every inode
+// is kernel memory charged to the sandbox: without a count, creating empty files until the memory
+// limit starves the sandbox's own supervisor. One inode per 8 KiB of size (at least 4096) leaves
+// room for a 100,000-file tree in the default 2 GiB layer.
+std::uint64_t inodes_for(std::uint64_t bytes) {
+    return std::max<std::uint64_t>(bytes / 8192, 4096);
+}
+
+std::string tmpfs_options(std::uint64_t bytes, const char* mode) {
+    return fmt::format("size={},nr_inodes={},mode={}", bytes, inodes_for(bytes), mode);
 }
 
 fs::path under(const fs::path& root, std::string_view guest_path) {
@@ -125,8 +138,7 @@ void build_dev(const fs::path& root, const RootPlan& plan) {
     }
     const fs::path shm = dev / "shm";
     make_dirs(root, shm, plan.root_uid, plan.root_gid);
-    do_mount("tmpfs", shm, "tmpfs", MS_NOSUID | MS_NODEV,
-             fmt::format("size={},mode=1777", plan.shm_bytes));
+    do_mount("tmpfs", shm, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options(plan.shm_bytes, "1777"));
     // Nothing may add device nodes later.
     do_mount(nullptr, dev, nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
              "size=64k,mode=0755");
@@ -143,8 +155,7 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
 
     const fs::path layer = sandbox_dir / "layer";
     ::mkdir(layer.c_str(), 0700);
-    do_mount("tmpfs", layer, "tmpfs", MS_NOSUID | MS_NODEV,
-             fmt::format("size={},mode=0755", plan.disk_bytes));
+    do_mount("tmpfs", layer, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options(plan.disk_bytes, "0755"));
     fs::path root = layer;
     if (!plan.lower_dirs.empty()) {
         const fs::path upper = layer / "upper";
@@ -174,8 +185,7 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
     build_dev(root, plan);
     const fs::path tmp = root / "tmp";
     make_dirs(root, tmp, plan.root_uid, plan.root_gid);
-    do_mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV,
-             fmt::format("size={},mode=1777", plan.tmp_bytes));
+    do_mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options(plan.tmp_bytes, "1777"));
     make_dirs(root, root / "proc", plan.root_uid, plan.root_gid);
     for (const auto& dir : plan.guest_dirs) {
         const fs::path path = under(root, dir);

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -133,6 +134,29 @@ Report read_report(int fd, Clock::time_point deadline) {
     }
 }
 
+// The guest's base environment for its egress mode: in allowlist mode every proxy variable a tool
+// may read (tools differ in the case they read) points at the proxy, and loopback bypasses it.
+std::vector<std::pair<std::string, std::string>> guest_env(const SandboxLaunch& launch) {
+    auto env = launch.env;
+    if (launch.egress.mode != Egress::allowlist) {
+        return env;
+    }
+    constexpr const char* kProxyVariables[] = {"http_proxy",  "https_proxy", "HTTP_PROXY",
+                                               "HTTPS_PROXY", "all_proxy",   "ALL_PROXY",
+                                               "no_proxy",    "NO_PROXY"};
+    std::erase_if(env, [&](const auto& entry) {
+        return std::find(std::begin(kProxyVariables), std::end(kProxyVariables), entry.first) !=
+               std::end(kProxyVariables);
+    });
+    const std::string proxy = fmt::format("http://127.0.0.1:{}", kGuestProxyPort);
+    for (const char* name : {"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"}) {
+        env.emplace_back(name, proxy);
+    }
+    env.emplace_back("no_proxy", "localhost,127.0.0.1");
+    env.emplace_back("NO_PROXY", "localhost,127.0.0.1");
+    return env;
+}
+
 // Waits until `pid` (not our child) has ended, through a pidfd.
 void wait_for_exit(pid_t pid, std::uint64_t start_time, std::chrono::milliseconds timeout) {
     UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
@@ -187,13 +211,21 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     config.ids = launch.ids;
     config.guest_uid = launch.guest_uid;
     config.guest_gid = launch.guest_gid;
-    config.base_env = launch.env;
+    config.base_env = guest_env(launch);
     config.default_cwd = launch.default_cwd;
     config.hostname = launch.hostname;
     config.cgroup_layout = cgroup->layout();
     config.delegated_cgroups = cgroup->delegated_dirs();
     config.idle_timeout = launch.idle_timeout;
     config.max_lifetime = launch.max_lifetime;
+    config.egress = launch.egress;
+    config.egress_operator = launch.egress_operator;
+    if (launch.egress.mode == Egress::unrestricted) {
+        // slirp4netns answers DNS on 10.0.2.3 (forwarding to the host's resolver).
+        std::erase_if(config.mounts.files,
+                      [](const GeneratedFile& file) { return file.target == "/etc/resolv.conf"; });
+        config.mounts.files.push_back({"/etc/resolv.conf", "nameserver 10.0.2.3\n", 0644});
+    }
     const fs::path config_path = launch.sandbox_dir / "supervisor.json";
     {
         std::ofstream out(config_path, std::ios::trunc);
@@ -262,6 +294,15 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     ::waitpid(first, &status, 0);
     const Report report = read_report(ready_read.get(), Clock::now() + launch.ready_timeout);
     if (!report.ready || report.pid <= 0) {
+        // The supervisor names the errors that are the caller's to act on (egress, bad input).
+        constexpr std::string_view kEgressRefusal = "SandboxEgressNotEnforced: ";
+        constexpr std::string_view kBadInput = "InvalidArgument: ";
+        if (report.error.starts_with(kEgressRefusal)) {
+            throw SandboxEgressNotEnforced(report.error.substr(kEgressRefusal.size()));
+        }
+        if (report.error.starts_with(kBadInput)) {
+            throw InvalidArgument(report.error.substr(kBadInput.size()));
+        }
         throw SystemError(EIO,
                           fmt::format("starting the sandbox {}: {}", launch.id,
                                       report.error.empty() ? "no report" : report.error),

@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <termios.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@ namespace {
 // Calls that reach the kernel's most dangerous or host-revealing surfaces: mounts and namespaces,
 // tracing other processes, keyrings, kernel modules and kexec, BPF and perf, userfaultfd,
 // file handles, io_uring (which creates sockets without socket()), swap, accounting, reboot.
+// tests/security/escape_syscalls_test.cpp attempts each of them.
 constexpr const char* kDenied[] = {
     "mount",
     "umount",
@@ -80,6 +82,11 @@ constexpr const char* kDenied[] = {
     "uselib",
 };
 
+// Socket families that network namespaces do not confine. AF_VSOCK reaches the hypervisor side
+// of a VM host (CID 2) from any namespace, which would bypass closed egress; Bluetooth and the
+// Qualcomm IPC router are global too and have no use in a sandbox.
+constexpr int kGlobalSocketFamilies[] = {AF_VSOCK, AF_BLUETOOTH, AF_QIPCRTR};
+
 constexpr unsigned long kNamespaceFlags[] = {CLONE_NEWNS,     CLONE_NEWUSER, CLONE_NEWPID,
                                              CLONE_NEWNET,    CLONE_NEWUTS,  CLONE_NEWIPC,
                                              CLONE_NEWCGROUP, CLONE_NEWTIME};
@@ -113,6 +120,17 @@ std::vector<sock_filter> compile() {
         check(::seccomp_rule_add(ctx, deny, SCMP_SYS(clone), 1,
                                  SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag)),
               "clone with namespace flags");
+    }
+    // The kernel reads the family as an int: compare the low 32 bits only, or high bits set by
+    // the caller would slip past.
+    for (const int family : kGlobalSocketFamilies) {
+        const auto value = static_cast<scmp_datum_t>(family);
+        check(::seccomp_rule_add(ctx, deny, SCMP_SYS(socket), 1,
+                                 SCMP_A0(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFul, value)),
+              "socket families outside the network namespace");
+        check(::seccomp_rule_add(ctx, deny, SCMP_SYS(socketpair), 1,
+                                 SCMP_A0(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFul, value)),
+              "socket pairs of families outside the network namespace");
     }
     // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc fall back to clone.
     check(::seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0), "clone3");

@@ -26,6 +26,7 @@
 #include <boost/json.hpp>
 
 #include "exec_server.hpp"
+#include "guest_network.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
 
@@ -126,6 +127,8 @@ json::value to_json(const SupervisorConfig& config) {
     if (config.max_lifetime) {
         out["max_lifetime_s"] = config.max_lifetime->count();
     }
+    out["egress"] = config.egress.to_json();
+    out["egress_operator"] = config.egress_operator.to_json();
     return out;
 }
 
@@ -172,6 +175,12 @@ SupervisorConfig supervisor_config_from_json(const json::value& value) {
     }
     if (const auto* lifetime = in.if_contains("max_lifetime_s")) {
         config.max_lifetime = std::chrono::seconds(lifetime->to_number<std::int64_t>());
+    }
+    if (const auto* egress = in.if_contains("egress")) {
+        config.egress = EgressPolicy::from_json(*egress);
+    }
+    if (const auto* options = in.if_contains("egress_operator")) {
+        config.egress_operator = EgressOperatorOptions::from_json(*options);
     }
     return config;
 }
@@ -225,6 +234,48 @@ void report(std::string_view line) {
     std::set<pid_t> handlers;
     const ExecContext context{&config, &cgroups, &seccomp};
 
+    // (perf) Connections are accepted by a spare handler forked ahead of time, which has already
+    // prepared the next guest process (serve_next_exec); it tells us on `accepted` when it took a
+    // connection, and we fork the next spare at once. The spare is not an active handler until
+    // then, so it never holds off the idle timeout.
+    int accepted_pipe[2];
+    if (::pipe2(accepted_pipe, O_CLOEXEC) != 0) {
+        std::_Exit(1);
+    }
+    UniqueFd accepted(accepted_pipe[0]);
+    UniqueFd accepted_write(accepted_pipe[1]);
+    ::fcntl(accepted.get(), F_SETFL, O_NONBLOCK);
+    pid_t spare = -1;
+    auto spare_forked_at = Clock::now() - std::chrono::seconds(1);
+    // The host is told "ready" once the first spare has prepared its guest process (byte 'p'),
+    // so the sandbox's first exec does not wait for that.
+    bool ready_reported = false;
+    const auto report_ready = [&] {
+        if (!ready_reported) {
+            ready_reported = true;
+            report("ready");
+            ::close(kReadyFd);
+        }
+    };
+    const auto fork_spare = [&] {
+        spare_forked_at = Clock::now();
+        spare = ::fork();
+        if (spare == 0) {
+            ::sigprocmask(SIG_UNBLOCK, &mask, nullptr);
+            signals.reset();
+            accepted.reset();
+            if (!ready_reported) {
+                ::close(kReadyFd);  // only PID 1 answers the host
+            }
+            try {
+                serve_next_exec(listener, accepted_write.get(), context);
+            } catch (...) {
+                std::_Exit(1);
+            }
+            std::_Exit(0);
+        }
+    };
+
     for (;;) {
         const auto now = Clock::now();
         std::optional<Clock::time_point> wake;
@@ -243,7 +294,18 @@ void report(std::string_view line) {
             timeout = static_cast<int>(
                 std::chrono::duration_cast<std::chrono::milliseconds>(*wake - now).count() + 1);
         }
-        pollfd fds[2] = {{listener, POLLIN, 0}, {signals.get(), POLLIN, 0}};
+        if (spare <= 0) {
+            // A spare that died before accepting (it should not) is replaced at most every 50 ms.
+            const auto retry = spare_forked_at + std::chrono::milliseconds(50);
+            if (now >= retry) {
+                fork_spare();
+            } else {
+                const auto wait = static_cast<int>(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(retry - now).count() + 1);
+                timeout = timeout < 0 ? wait : std::min(timeout, wait);
+            }
+        }
+        pollfd fds[2] = {{accepted.get(), POLLIN, 0}, {signals.get(), POLLIN, 0}};
         if (::poll(fds, 2, timeout) < 0 && errno != EINTR) {
             std::_Exit(1);
         }
@@ -264,29 +326,26 @@ void report(std::string_view line) {
                 if (handlers.erase(pid) > 0) {
                     last_activity = Clock::now();
                 }
+                if (pid == spare) {
+                    spare = -1;
+                    report_ready();  // execs are then prepared on demand
+                }
             }
         }
         if (fds[0].revents & POLLIN) {
-            UniqueFd connection(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
-            if (!connection) {
-                continue;
-            }
-            last_activity = Clock::now();
-            cgroups.remove_empty_children();
-            const pid_t handler = ::fork();
-            if (handler == 0) {
-                ::sigprocmask(SIG_UNBLOCK, &mask, nullptr);
-                ::close(listener);
-                signals.reset();
-                try {
-                    serve_exec(connection.get(), context);
-                } catch (...) {
-                    std::_Exit(1);
+            char byte = 0;
+            while (::read(accepted.get(), &byte, 1) == 1) {
+                if (byte == 'p') {
+                    report_ready();
+                    continue;
                 }
-                std::_Exit(0);
-            }
-            if (handler > 0) {
-                handlers.insert(handler);
+                // Only one spare exists at a time, so the byte is from the current one.
+                if (spare > 0) {
+                    handlers.insert(spare);
+                }
+                last_activity = Clock::now();
+                cgroups.remove_empty_children();
+                fork_spare();
             }
         }
     }
@@ -294,7 +353,8 @@ void report(std::string_view line) {
 
 [[noreturn]] void sandbox_init(const SupervisorConfig& config, const fs::path& root, int listener,
                                const ExecCgroupParent& cgroups,
-                               const std::vector<sock_filter>& seccomp, int go) {
+                               const std::vector<sock_filter>& seccomp, GuestNetwork& network,
+                               int go) {
     try {
         char byte = 0;
         if (::read(go, &byte, 1) != 1) {
@@ -317,10 +377,10 @@ void report(std::string_view line) {
         enter_root();
         set_hostname(config.hostname);
         bring_up_loopback();
+        network.start_inside();
         // Guest processes of the same uid must not read our memory or descriptors.
         ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        report("ready");
-        ::close(kReadyFd);
+        // "ready" is reported by run_pid1 once the first exec's guest process is prepared.
         run_pid1(config, listener, cgroups, seccomp);
     } catch (const std::exception& e) {
         report(fmt::format("error: {}", e.what()));
@@ -360,6 +420,9 @@ int supervisor_main(int argc, char** argv) {
         std::stringstream text;
         text << in.rdbuf();
         const SupervisorConfig config = supervisor_config_from_json(json::parse(text.str()));
+        // First, while this process is still in the host's mount namespace: the egress proxy
+        // forked here never sees the sandbox's mounts.
+        GuestNetwork network = GuestNetwork::prepare(config);
         const fs::path root = prepare_root(config.mounts, config.sandbox_dir);
         UniqueFd listener = listen_on(config.socket_path);
         const ExecCgroupParent cgroups =
@@ -372,16 +435,24 @@ int supervisor_main(int argc, char** argv) {
         const pid_t child = clone_with_namespaces(sandbox_namespace_flags());
         if (child == 0) {
             ::close(go[1]);
-            sandbox_init(config, root, listener.get(), cgroups, seccomp, go[0]);
+            sandbox_init(config, root, listener.get(), cgroups, seccomp, network, go[0]);
         }
         ::close(go[0]);
         UniqueFd start(go[1]);
         write_id_maps(child, config.ids);
+        network.start_outside(config, child);
         report(fmt::format("pid {}", child));
         if (::write(start.get(), "g", 1) != 1) {
             throw SystemError(errno, "starting the sandbox's PID 1");
         }
         return 0;
+    } catch (const SandboxEgressNotEnforced& e) {
+        // Named, so launch_sandbox raises the same refusal rather than a generic failure.
+        report(fmt::format("error: {}: {}", e.type_name(), e.what()));
+        return 1;
+    } catch (const InvalidArgument& e) {
+        report(fmt::format("error: {}: {}", e.type_name(), e.what()));
+        return 1;
     } catch (const std::exception& e) {
         report(fmt::format("error: {}", e.what()));
         return 1;

@@ -2,13 +2,15 @@
 // capture scripts on a real shell, real path walks, real retries.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "fake_service.hpp"
+#include "harness.hpp"
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/core/conformance.hpp"
 #include "maf_sandbox/core/labels.hpp"
@@ -21,55 +23,6 @@ using maf_sandbox::testing::drive;
 using maf_sandbox::testing::FakeAcasService;
 using maf_sandbox::testing::TempDir;
 namespace asio = boost::asio;
-
-struct Harness {
-    explicit Harness(std::optional<std::string> header = std::nullopt)
-        : service(std::move(header)) {}
-
-    AcasSandboxConfig config() {
-        AcasSandboxConfig c;
-        c.endpoint = service.endpoint();
-        c.subscription_id = "sub";
-        c.resource_group = "rg";
-        c.sandbox_group = "grp";
-        c.registry = "reg.example.io";
-        c.ca_file = service.ca_file();
-        c.token = "test-token";
-        c.emulator = false;
-        c.poll_interval = Seconds{0.02};
-        c.read_timeout = Seconds{20};
-        c.retry.initial_backoff = Seconds{0.01};
-        c.retry.max_backoff = Seconds{0.05};
-        c.silence_preview_warning = true;
-        return c;
-    }
-    // 127.0.0.1 implies emulator mode, so the fake is "the real service" only when the config
-    // says emulator = false explicitly and the endpoint is not loopback. Tests that need the real
-    // service's microvm claim use this override.
-    std::unique_ptr<AcasBackend> backend(std::function<void(AcasSandboxConfig&)> tweak = {}) {
-        auto c = config();
-        if (tweak)
-            tweak(c);
-        return std::make_unique<AcasBackend>(c);
-    }
-    SandboxSpec spec(std::function<void(SandboxSpecFields&)> tweak = {}) const {
-        SandboxSpecFields f;
-        f.kind = "shell";
-        f.image = "host";
-        f.work_dir = (work.path() / "work").string();
-        f.requires_capabilities = {Capability::exec, Capability::files_in, Capability::files_out,
-                                   Capability::files_list};
-        if (tweak)
-            tweak(f);
-        return SandboxSpec(f);
-    }
-
-    FakeAcasService service;
-    TempDir work;
-    asio::io_context io;
-};
-
-const SandboxKey kKey{"scope-1", "thread-1", "agent-1", ""};
 
 TEST(AcasBackend, DeclaresTheCeilingOfTheReadmeAndNothingMore) {
     Harness h;
@@ -302,18 +255,28 @@ TEST(AcasBackend, AFailedLifecyclePolicyDisposesTheNewSandboxAndFailsTheAcquire)
 TEST(AcasBackend, ACancelledAcquireLeavesNothingBehind) {
     Harness h;
     auto backend = h.backend();
-    h.service.set_fault([](const net::HttpRequest& request,
-                           const std::string& path) -> std::optional<net::HttpResponse> {
+    // Cancelled while its lifecycle POST is in flight (after the create), whatever the load.
+    auto in_flight = std::make_shared<std::atomic<bool>>(false);
+    h.service.set_fault([in_flight](const net::HttpRequest& request,
+                                    const std::string& path) -> std::optional<net::HttpResponse> {
         if (request.method == "POST" && path.find("/lifecycle") != std::string::npos) {
+            *in_flight = true;
             std::this_thread::sleep_for(std::chrono::milliseconds(400));  // slow enough to cancel
         }
         return std::nullopt;
     });
     using namespace asio::experimental::awaitable_operators;
-    auto race = [&]() -> Task<void> {
+    auto cancel_when_in_flight = [&]() -> Task<void> {
         asio::steady_timer timer(co_await asio::this_coro::executor);
-        timer.expires_after(std::chrono::milliseconds(150));
-        co_await (backend->acquire(kKey, h.spec()) || timer.async_wait(asio::use_awaitable));
+        for (int waited = 0; !*in_flight && waited < 2000; ++waited) {  // at most 10 s
+            timer.expires_after(std::chrono::milliseconds(5));
+            co_await timer.async_wait(asio::use_awaitable);
+        }
+    };
+    auto race = [&]() -> Task<void> {
+        auto acquire = backend->acquire(kKey, h.spec());
+        auto cancel = cancel_when_in_flight();
+        co_await (std::move(acquire) || std::move(cancel));
     };
     drive(h.io, race());
     EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);

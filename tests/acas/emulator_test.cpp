@@ -6,11 +6,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "loopback.hpp"
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/core/conformance.hpp"
+#include "maf_sandbox/core/host_tools_over_exec.hpp"
+#include "maf_sandbox/core/shell_quote.hpp"
 
 extern char** environ;
 
@@ -142,6 +146,44 @@ TEST_F(AgainstTheEmulator, TwoBackendsPurgeEachOthersSandboxesByLabel) {
     const auto purge = drive(io_, second.dispose_scope("scope-p", "thread-p"));
     EXPECT_EQ(purge.disposed, 2);
     EXPECT_FALSE(purge.undisposed);
+}
+
+// The README's "exec detaches" measurement (TestWhetherThisBackendCouldServeHostTools), against
+// the emulator: the host-tools launcher's exec returns while its program still runs, so the
+// exit-code file is absent at return and appears afterwards.
+TEST_F(AgainstTheEmulator, HostToolsExecDetachesTheExitFileAppearsAfterTheLauncherReturns) {
+    AcasBackend backend(emulator_->config());
+    drive(io_, backend.discover());
+    const SandboxKey key{"scope-d", "thread-d", "agent-d", ""};
+    SandboxSpecFields f;
+    f.kind = "host-tools";
+    f.image = "host";
+    f.requires_capabilities = {Capability::exec, Capability::files_in, Capability::files_out,
+                               Capability::host_tools};
+    auto sandbox = drive(io_, backend.acquire(key, SandboxSpec(f)));
+    const auto layout = guest_run_layout(sandbox->base_directory() + "/detach", "program.sh");
+    drive(io_, sandbox->write_file(layout.program, "sleep 1\necho finished\n", "/"));
+    drive(io_, sandbox->write_file(layout.launcher, launcher_script(layout, "sh"), "/"));
+
+    ExecRequest launch;
+    launch.command = "sh " + shell_quote(layout.launcher);
+    launch.working_directory = "/";
+    launch.timeout = Seconds{30};
+    const auto launched = drive(io_, sandbox->exec(launch));
+    EXPECT_EQ(launched.exit_code, 0) << launched.stderr_text();
+    EXPECT_FALSE(drive(io_, sandbox->stat_file(layout.exit_code, "/")))
+        << "the exit marker existed when the launcher's exec returned: exec did not detach";
+
+    std::optional<SandboxEntry> marker;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (!marker && std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        marker = drive(io_, sandbox->stat_file(layout.exit_code, "/"));
+    }
+    ASSERT_TRUE(marker) << "the detached program never wrote its exit code";
+    EXPECT_EQ(drive(io_, sandbox->read_file(layout.exit_code, "/", 64)), "0\n");
+    EXPECT_EQ(drive(io_, sandbox->read_file(layout.output, "/", 64)), "finished\n");
+    EXPECT_FALSE(drive(io_, backend.dispose(key, std::nullopt)));
 }
 
 }  // namespace

@@ -15,10 +15,13 @@
 
 #include <atomic>
 #include <boost/json.hpp>
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include "loopback.hpp"
@@ -34,7 +37,11 @@ struct ShellOutcome {
     int code = 0;
 };
 
-inline ShellOutcome run_host_shell(const std::string& command, const std::string& cwd) {
+// Runs `command` under /bin/sh in its own process group. A command still running after `limit`
+// is killed with its group: the fake answers one request at a time, and a client that gave up on
+// a `sleep 30` (the EXEC timeout probe) should not hold every later request behind it.
+inline ShellOutcome run_host_shell(const std::string& command, const std::string& cwd,
+                                   std::chrono::milliseconds limit = std::chrono::seconds(5)) {
     int out[2], err[2];
     if (::pipe(out) != 0 || ::pipe(err) != 0)
         return {"", "pipe failed", 1};
@@ -47,9 +54,16 @@ inline ShellOutcome run_host_shell(const std::string& command, const std::string
     posix_spawn_file_actions_addclose(&actions, err[0]);
     const std::string script = "cd " + std::string("'") + cwd + "' && " + command;
     const char* argv[] = {"/bin/sh", "-c", script.c_str(), nullptr};
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attributes, 0);
     pid_t pid = -1;
-    ::posix_spawn(&pid, "/bin/sh", &actions, nullptr, const_cast<char**>(argv), environ);
+    ::posix_spawn(&pid, "/bin/sh", &actions, &attributes, const_cast<char**>(argv), environ);
     posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    const auto kill_at = std::chrono::steady_clock::now() + limit;
+    bool killed = false;
     ::close(out[1]);
     ::close(err[1]);
     ShellOutcome outcome;
@@ -57,7 +71,15 @@ inline ShellOutcome run_host_shell(const std::string& command, const std::string
     int open_fds = 2;
     char buffer[65536];
     while (open_fds > 0) {
-        ::poll(fds, 2, -1);
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            kill_at - std::chrono::steady_clock::now());
+        if (!killed && left.count() <= 0) {
+            ::kill(-pid, SIGKILL);
+            killed = true;
+        }
+        if (killed && left < -std::chrono::seconds(2))
+            break;  // something outside the group holds the pipes: answer with what we have
+        ::poll(fds, 2, killed ? 100 : static_cast<int>(std::max<long>(left.count(), 1)));
         for (int i = 0; i < 2; ++i) {
             if (fds[i].fd >= 0 && (fds[i].revents & (POLLIN | POLLHUP))) {
                 const auto n = ::read(fds[i].fd, buffer, sizeof buffer);
@@ -71,6 +93,10 @@ inline ShellOutcome run_host_shell(const std::string& command, const std::string
                 }
             }
         }
+    }
+    for (auto& fd : fds) {
+        if (fd.fd >= 0)
+            ::close(fd.fd);
     }
     int status = 0;
     ::waitpid(pid, &status, 0);
@@ -107,7 +133,20 @@ class FakeAcasService {
         ca_file_ = dir_.write("ca.pem", server_.ca_pem());
     }
 
+    // A real service's disposal takes the guest's /tmp with it; here the guest is this host, so
+    // the scratch directories its execs named are removed on DELETE and at the end.
+    ~FakeAcasService() {
+        std::lock_guard lock(mutex_);
+        for (const auto& [id, tokens] : scratch_)
+            remove_scratch(tokens);
+    }
+
     std::string endpoint() const { return server_.origin(); }
+    // Every HTTP Authorization header value the service received, in order.
+    std::vector<std::string> authorizations() {
+        std::lock_guard lock(mutex_);
+        return authorizations_;
+    }
     const std::string& ca_file() const { return ca_file_; }
 
     void set_fault(Fault fault) {
@@ -187,6 +226,7 @@ class FakeAcasService {
         {
             std::lock_guard lock(mutex_);
             log_.emplace_back(request.method, path);
+            authorizations_.push_back(request.headers.get("Authorization").value_or(""));
             fault = fault_;
         }
         if (fault) {
@@ -278,6 +318,8 @@ class FakeAcasService {
         }
         if (sub.empty() && request.method == "DELETE") {
             sandboxes_.erase(found);
+            remove_scratch(scratch_[id]);
+            scratch_.erase(id);
             return reply(200);
         }
         if (sub == "/lifecycle") {
@@ -291,7 +333,18 @@ class FakeAcasService {
             const std::string cwd = body.contains("workingDirectory")
                                         ? std::string(body.at("workingDirectory").as_string())
                                         : "/";
-            const auto outcome = run_host_shell(std::string(body.at("command").as_string()), cwd);
+            const std::string command(body.at("command").as_string());
+            const std::string marker = "maf-exec-";
+            for (auto at = command.find(marker); at != std::string::npos;
+                 at = command.find(marker, at + 1)) {
+                const auto token = command.substr(at, marker.size() + 32);
+                if (token.size() == marker.size() + 32 &&
+                    token.find_first_not_of("0123456789abcdef", marker.size()) ==
+                        std::string::npos) {
+                    scratch_[id].insert(token);
+                }
+            }
+            const auto outcome = run_host_shell(command, cwd);
             return reply(200, json::object{{"stdout", outcome.out},
                                            {"stderr", outcome.err},
                                            {"exitCode", outcome.code}});
@@ -344,6 +397,14 @@ class FakeAcasService {
         return problem(404, "NotFound");
     }
 
+    static void remove_scratch(const std::set<std::string>& tokens) {
+        std::error_code ignored;
+        for (const auto& token : tokens) {
+            std::filesystem::remove_all("/tmp/" + token, ignored);
+            std::filesystem::remove("/tmp/" + token + ".stdin", ignored);
+        }
+    }
+
     std::optional<std::string> emulator_header_;
     TempDir dir_;
     std::string ca_file_;
@@ -351,6 +412,8 @@ class FakeAcasService {
     Fault fault_;
     std::vector<std::pair<std::string, std::string>> log_;
     std::map<std::string, json::object> sandboxes_;
+    std::map<std::string, std::set<std::string>> scratch_;  // sandbox id -> exec tokens
+    std::vector<std::string> authorizations_;
     int next_id_ = 0;
     LoopbackServer server_;
 };

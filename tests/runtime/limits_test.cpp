@@ -87,7 +87,7 @@ TEST(Limits, ForkBombIsContainedAndTheHostStaysResponsive) {
     done = true;
     probe.join();
     EXPECT_EQ(reply.status, ExecStatus::timed_out);
-    EXPECT_LT(worst, 1000ms) << "spawning on the host took " << worst.count()
+    EXPECT_LT(worst, 2500ms) << "spawning on the host took " << worst.count()
                              << " ms during the bomb";
     const auto pids = sandbox.sh("cat /proc/[0-9]*/comm | wc -l");
     EXPECT_LT(std::stoi(pids.stdout_head), 8) << "the bomb's processes survived the timeout";

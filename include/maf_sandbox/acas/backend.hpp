@@ -4,10 +4,13 @@
 // when emulator mode is off), so the router's floor stays honest.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "maf_sandbox/acas/client.hpp"
 #include "maf_sandbox/acas/config.hpp"
 #include "maf_sandbox/acas/errors.hpp"
 #include "maf_sandbox/core/sandbox.hpp"
@@ -30,7 +33,7 @@ class AcasBackend : public SandboxBackend {
 
     // One catalogue request that learns the emulator's rung (and, off emulator mode, proves the
     // endpoint is not an emulator). Call it before handing the backend to a router in emulator
-    // mode.
+    // mode. A credential resolver is asked as `acquire` with an empty scope and thread.
     Task<void> discover();
 
     Task<std::shared_ptr<Sandbox>> acquire(SandboxKey key, SandboxSpec spec) override;
@@ -42,12 +45,44 @@ class AcasBackend : public SandboxBackend {
     // at the bound.
     Task<void> close() override;
 
+    // --- Operator commands (the CLI's ls, rm and images) -----------------------------------
+    // They resolve credentials as `dispose_scope` with an empty scope and thread (a host resolver
+    // that only grants trusted conversations refuses them, which is the point: they are for an
+    // operator's own identity).
+
+    // Every sandbox of the group carrying all `labels` (an empty map lists the whole group).
+    Task<std::vector<SandboxInfo>> list_sandboxes(std::map<std::string, std::string> labels);
+    // Deletes one sandbox by id and waits until the service no longer has it; false when it was
+    // already gone. Throws what the service answered otherwise.
+    Task<bool> remove_sandbox(std::string id);
+
+    struct Images {
+        std::vector<std::string> prebuilt;    // the service's catalogue, sorted
+        std::vector<DiskImageInfo> imported;  // the group's disk images
+    };
+    Task<Images> list_images();
+
+    struct ImportedImage {
+        DiskImageInfo image;
+        bool already_imported = false;  // a disk image built from the same reference existed
+    };
+    // The README's import_disk_image script: `image` is repo:tag, qualified by the configured
+    // registry; idempotent (an existing Ready disk image of the same reference is returned);
+    // otherwise creates one (named `name`, default the last path segment with ':' and '@' turned
+    // into '-', at most 60 characters) and polls it until Ready. Throws InvalidArgument for a
+    // bare catalogue name (nothing to import), AcasServiceError when the import fails, Timeout
+    // after `timeout`.
+    Task<ImportedImage> import_disk_image(std::string image, std::string name = {},
+                                          Seconds timeout = Seconds{600.0});
+
     // The service id of the key's sandbox of `kind` held by this backend, if any (for tests and
     // the CLI's listing).
     std::optional<std::string> held_sandbox_id(const SandboxKey& key,
                                                const std::string& kind) const;
     // HTTP requests sent by this backend's clients so far (benchmarks, tests).
     std::size_t requests_sent() const;
+    // Clients currently open in the pool, over every io_context (tests of eviction).
+    std::size_t open_clients() const;
 
     struct State;
 

@@ -75,6 +75,12 @@ struct AcasSandboxConfig {
     std::size_t max_clients_per_loop = 32;
     Seconds client_wait{30.0};
     Seconds client_close{30.0};
+    // A pooled client unused this long is closed the next time its io_context leases (idle
+    // eviction closes clients only: sandboxes and held handles are untouched).
+    Seconds client_idle{300.0};
+    // How long an image's completed removal-probe refusal refuses a cold acquire before any
+    // create (README: 60 s from the completed probe; refusals served from it never extend it).
+    Seconds image_hint{60.0};
 
     bool silence_preview_warning = false;
     std::shared_ptr<spdlog::logger> log;

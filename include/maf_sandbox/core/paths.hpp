@@ -24,7 +24,8 @@ std::string join_guest_path(std::string_view head, std::string_view tail);
 std::string guest_dirname(std::string_view path);
 
 // Resolves `path` against the working directory and returns the absolute normalised path.
-// Throws ConfinementEscape on a backslash, a NUL, or a result outside `working_directory`.
+// Throws ConfinementEscape on a backslash, a NUL, invalid UTF-8 (in either argument), or a result
+// outside `working_directory`.
 // "" and "." resolve to the working directory itself.
 std::string confine_guest_path(std::string_view path, std::string_view working_directory);
 
@@ -53,7 +54,8 @@ Task<std::string> confine_guest_write_path(NoFollowStat stat, std::string path,
                                            std::string working_directory);
 
 // The resolved working directory of a call: an absolute one is normalised; a relative one
-// resolves beneath `base`; "" and "." name the base.
+// resolves beneath `base`; "" and "." name the base. Throws InvalidArgument when
+// `working_directory` holds a NUL or is not valid UTF-8.
 std::string resolve_working_directory(std::string_view working_directory, std::string_view base);
 
 // The per-call guest directory `{work_dir}/{12 lowercase hex}`, random each call.

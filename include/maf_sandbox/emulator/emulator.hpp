@@ -28,13 +28,21 @@ inline constexpr const char* kPagingApiVersion = "2026-09-01-preview";
 
 // Fault injection for tests; every rate is a probability in [0, 1] applied per data-plane request.
 struct FaultOptions {
-    double rate_429 = 0.0;        // answered 429 with Retry-After: 1
-    std::uint64_t first_403 = 0;  // the first N data-plane requests answered 403 (RBAC window)
-    double rate_5xx = 0.0;        // answered 503
+    double rate_429 = 0.0;           // answered 429 with Retry-After: 1
+    std::uint64_t first_403 = 0;     // the first N data-plane requests answered 403 (RBAC window)
+    std::uint64_t forbidden_ms = 0;  // every data-plane request answered 403 for this long after
+                                     // start (or after PUT /admin/faults): an RBAC window in time
+    double rate_5xx = 0.0;           // answered 503
     std::uint64_t latency_ms = 0;
     std::uint64_t create_delay_ms = 0;  // extra time a new sandbox spends in Creating
     double drop_rate = 0.0;             // handled, then the connection closed mid-response
+    std::uint64_t retry_after_ms = 0;   // 429 wait; 0: Retry-After: 1 only, else also
+                                        // retry-after-ms (azure-core honours it first)
     std::uint64_t seed = 0;             // 0: random
+    // Empty: faults apply to every data-plane request. Else only to this operation, written as
+    // METHOD and the path after the group with ids as {id}: "PUT /sandboxes",
+    // "POST /sandboxes/{id}/executeShellCommand", "GET /diskimages/{id}".
+    std::string only;
 };
 
 struct EmulatorOptions {

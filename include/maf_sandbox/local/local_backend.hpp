@@ -19,6 +19,7 @@
 
 #include "maf_sandbox/core/sandbox.hpp"
 #include "maf_sandbox/core/types.hpp"
+#include "maf_sandbox/runtime/egress.hpp"
 
 namespace maf_sandbox::local {
 
@@ -39,6 +40,14 @@ struct LocalBackendConfig {
     bool root_inside = false;
     // Per-stream output cap when an exec does not name one.
     std::uint64_t default_max_output_bytes = 1ull << 20;
+    // How many pre-built sandboxes to keep ready per (image, work directory) for creates with
+    // closed egress: a create then takes one (relabelled) and a refill runs in the background.
+    // 0 = no pool. Pooled sandboxes are registry records labelled maf-pool=<signature>; the
+    // backend destroys the ones it made and nobody took when it is destroyed.
+    std::size_t pool_size = 0;
+    // Operator switches for the egress proxy (a hosts file, private addresses). Only whoever builds
+    // the backend sets them (the CLI: EgressOperatorOptions::from_environment()); no spec can.
+    runtime::EgressOperatorOptions egress_operator;
 };
 
 // What `ls` shows about one sandbox.
@@ -59,8 +68,10 @@ class LocalBackend final : public SandboxBackend {
     BackendDeclarations declarations() const override;
 
     // Get-or-create by the identity labels (scope, thread, agent, kind, call), serialised per key
-    // and kind across threads and processes. Throws SandboxEgressNotEnforced for any egress but
-    // closed, InvalidArgument for an unknown image, SandboxCapabilityNotSupported when a limit
+    // and kind across threads and processes. Throws SandboxEgressNotEnforced for an egress mode
+    // not in declarations() (checked at construction), EgressPolicyConflict when the warm sandbox
+    // of the key was created with another egress policy (it is kept), InvalidArgument for an
+    // unknown image or a malformed egress_allow entry, SandboxCapabilityNotSupported when a limit
     // cannot be enforced on this host; nothing is left behind on failure.
     Task<std::shared_ptr<Sandbox>> acquire(SandboxKey key, SandboxSpec spec) override;
     Task<std::optional<DisposalFailure>> dispose(SandboxKey key,
@@ -70,12 +81,19 @@ class LocalBackend final : public SandboxBackend {
 
     // For the CLI, synchronous. `selector` items are `k=v` (InvalidArgument when malformed).
     std::vector<LocalSandboxInfo> list(const std::vector<std::string>& selector) const;
+    // The egress proxy's decisions for one sandbox (allowlist mode; empty otherwise), oldest
+    // first. Throws InvalidArgument for a malformed id or when there is no such sandbox (its log
+    // goes with it).
+    std::vector<runtime::EgressDecision> egress_decisions(const std::string& id) const;
     // Destroys one sandbox by id; false when there is none.
     bool remove(const std::string& id);
     // Destroys every sandbox of a conversation; returns how many.
     int purge(const std::string& scope, const std::string& thread_id);
 
     const std::filesystem::path& state_dir() const noexcept;
+
+    // Blocks until no pool refill is in flight (benchmarks and tests measuring a full pool).
+    void wait_for_pool() const;
 
   private:
     struct Impl;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,6 +21,10 @@ struct McpHttpOptions {
     // Loopback by default: the endpoint runs code, so exposing it is the operator's explicit act.
     std::string host = "127.0.0.1";
     std::uint16_t port = 0;  // 0 picks a free port
+    // Sessions open at once. An initialize beyond it ends the least recently used idle session
+    // (disposing its sandboxes; its client gets 404 and initializes again), or is refused with 503
+    // when every session has a request in flight.
+    std::size_t max_sessions = 64;
 };
 
 class McpHttpServer {

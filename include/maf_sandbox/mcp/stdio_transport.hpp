@@ -2,7 +2,10 @@
 // (stderr stays free for the log).
 #pragma once
 
+#include <cstddef>
+
 #include "maf_sandbox/core/sandbox.hpp"
+#include "maf_sandbox/core/types.hpp"
 #include "maf_sandbox/mcp/server.hpp"
 
 namespace maf_sandbox::mcp {
@@ -12,6 +15,9 @@ struct StdioOptions {
     int output_fd = 1;
     // Ends the session on SIGTERM or SIGINT too (not only on end of input).
     bool handle_signals = true;
+    // The longest message line read (the HTTP transport's body bound): a longer line is answered
+    // with a JSON-RPC parse error (id null) and dropped unread, so memory stays bounded.
+    std::size_t max_message_bytes = 64 * kMiB;
 };
 
 // Serves one session until the input ends (EOF) or, with handle_signals, SIGTERM/SIGINT arrives;

@@ -71,6 +71,11 @@ class SandboxCgroup {
     virtual void kill_all() = 0;
     // kill_all, then removes every directory (children first). Missing is success.
     virtual void destroy() = 0;
+    // Freezes (true) or thaws (false) every process of the sandbox, its PID 1 included, and waits
+    // until the kernel reports the state reached (v1 freezer.state, v2 cgroup.freeze). kill_all
+    // and destroy work on a frozen sandbox. Throws SandboxCapabilityNotSupported when there is no
+    // freezer here, SystemError when the kernel refuses or does not settle within a few seconds.
+    virtual void freeze(bool frozen);
 };
 
 // Inside the supervisor: the delegated directories opened as fds before the sandbox's root is

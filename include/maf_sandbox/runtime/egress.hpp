@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -87,12 +88,31 @@ struct EgressProxyOptions {
     std::filesystem::path decision_log;  // appended to, one JSON line per decision
     std::chrono::milliseconds connect_timeout{10000};
     std::chrono::milliseconds header_timeout{30000};  // for the request head / ClientHello
+    // A forwarded exchange or tunnel with no bytes moving either way for this long is closed.
+    std::chrono::milliseconds idle_timeout{300000};
+    // Guest connections served at once; connections over the limit are closed on accept.
+    std::size_t max_sessions = 256;
 };
 
 // Serves the proxy on `listener` (a listening TCP socket, owned from here on) until `lifetime_fd`
 // becomes readable or hangs up (a pidfd of the sandbox's PID 1, or a pipe whose writer is the
 // sandbox) and returns the process's exit status. Blocking: runs its own io_context. Used by the
 // supervisor's host-side half in the proxy process it forks, and by tests.
+//
+// What it serves: absolute-form HTTP forwarding ("GET http://host[:port]/path"; the Host header
+// must name the same host and port; hop-by-hop and Proxy-* fields are dropped; one request per
+// connection, "Connection: close" both ways; redirects are relayed, never followed) and CONNECT
+// host:port, whose first bytes must be a TLS ClientHello naming the same host in its SNI (no SNI,
+// another name, an encrypted ClientHello or a non-TLS payload closes the tunnel: non-TLS tunnels
+// are refused on every port, plain HTTP goes through forwarding where each request is checked).
+// Hosts that are IP literals are refused. Names resolve through the operator hosts file (read
+// once, at start) or the system resolver, only after the rules allowed them, and resolved
+// addresses in refused ranges are dropped before connecting. Every refusal before a tunnel opens
+// is "403 Forbidden" with `x-deny-reason`; an allowed host that cannot be reached is 502 or 504.
+// Each session logs exactly one decision. Returns 0 when the lifetime ended and 1 when the proxy
+// could not run (an unreadable hosts file, an unwritable decision log): the listener is closed
+// either way, so the guest's connects are refused. SIGPIPE is blocked in the calling thread while
+// it runs (tunnels are spliced, and splice(2) cannot suppress it) and the mask restored on return.
 int run_egress_proxy(int listener, int lifetime_fd, const EgressProxyOptions& options);
 
 }  // namespace maf_sandbox::runtime

@@ -30,6 +30,13 @@ struct ExecCall {
     std::string stdin_bytes;
     std::uint64_t max_output_bytes = 1024 * 1024;  // per stream
     std::chrono::milliseconds timeout{60000};
+    // The ACAS service's exec semantics (the acas-emulator sets both): answer only at EOF of
+    // stdout and stderr, so a background process that inherited them is waited for (within
+    // `timeout`); and kill the exec's tree as soon as a stream passes max_output_bytes, which
+    // then reports exit 137. Off, the exec answers when the program exits (a short drain window
+    // collects output in flight) and output past the cap is drained and counted.
+    bool wait_for_output_eof = false;
+    bool kill_past_output_cap = false;
 };
 
 enum class ExecStatus {

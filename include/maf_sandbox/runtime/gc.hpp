@@ -16,8 +16,10 @@ namespace maf_sandbox::runtime {
 // Throws to report a failure; the record is then kept for the next run.
 using CleanupHook = std::function<void(const SandboxRecord&)>;
 
-// The default cleanup: rmdir of every path in runtime["cgroup_paths"] that lies under
-// /sys/fs/cgroup (deepest first, retried briefly while the kernel still reports it busy).
+// The default cleanup: kills whatever still runs in the sandbox's cgroups, found by their name
+// (maf-sbx-<id>) so that a creator killed before it recorded them leaks no supervisor, removes
+// them, then rmdirs every path in runtime["cgroup_paths"] that lies under /sys/fs/cgroup (deepest
+// first, retried briefly while the kernel still reports it busy).
 void remove_recorded_cgroups(const SandboxRecord& record);
 
 struct GcOptions {

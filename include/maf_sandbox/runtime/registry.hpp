@@ -138,7 +138,7 @@ class Registry {
     void create(const SandboxRecord& record);
     // nullopt when there is no (readable) record.
     std::optional<SandboxRecord> get(std::string_view id) const;
-    // Replaces an existing record atomically (temp file, fsync, rename, fsync dir). Throws
+    // Replaces an existing record atomically (temp file, then rename; not fsync'd). Throws
     // InvalidArgument when it does not exist.
     void update(const SandboxRecord& record);
     // Removes the record and the whole sandbox directory (never following links, never crossing

@@ -15,7 +15,9 @@
 
 #include <boost/json/object.hpp>
 
+#include "maf_sandbox/core/vocabulary.hpp"
 #include "maf_sandbox/runtime/cgroup.hpp"
+#include "maf_sandbox/runtime/egress.hpp"
 #include "maf_sandbox/runtime/exec_protocol.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
@@ -36,6 +38,11 @@ struct SandboxLaunch {
     std::optional<std::chrono::seconds> idle_timeout;
     std::optional<std::chrono::seconds> max_lifetime;
     std::chrono::milliseconds ready_timeout{15000};
+    // Egress (closed by default). In allowlist mode the guest's environment gets http_proxy,
+    // https_proxy, HTTP_PROXY and HTTPS_PROXY pointing at the proxy and no_proxy/NO_PROXY for
+    // loopback; the operator options reach only the proxy, never the guest.
+    EgressPolicy egress;
+    EgressOperatorOptions egress_operator;
 };
 
 // Everything needed to reach a sandbox again, from any process.
@@ -74,6 +81,18 @@ UniqueFd open_sandbox_root(const SandboxHandle& handle);
 
 // call_exec plus the OOM-kill count of this exec (from the sandbox's memory cgroup).
 ExecReply exec_in_sandbox(const SandboxHandle& handle, const ExecCall& call);
+
+// --- Egress -------------------------------------------------------------------------------------
+
+// The egress proxy's decision log of a sandbox (one JSON object per line; read_egress_decisions).
+std::filesystem::path egress_log_path(const std::filesystem::path& sandbox_dir);
+
+// The egress modes this host enforces, checked now: closed and allowlist always, unrestricted only
+// when slirp4netns is installed and /dev/net/tun opens (guest_network.cpp).
+std::vector<Egress> enforceable_egress_modes();
+
+// Why `mode` is not enforceable here (empty when it is), for a SandboxEgressNotEnforced message.
+std::string egress_unavailable_reason(Egress mode);
 
 // Field 22 of /proc/<pid>/stat; nullopt when the process is gone or a zombie.
 std::optional<std::uint64_t> live_process_start_time(pid_t pid);

@@ -6,6 +6,13 @@
 // user, mount, PID, IPC, UTS, network and cgroup namespaces, then exits. PID 1 pivots into the
 // root, reports "ready" (or "error: ...") on the pipe and serves execs until its idle timeout or
 // absolute lifetime expires, when it exits and the kernel ends every process of the sandbox.
+//
+// Egress (SupervisorConfig::egress): `closed` leaves the network namespace with loopback only.
+// `allowlist` forks the egress proxy from the host-side half before anything else, so it stays in
+// the host's mount, network and PID namespaces, drops to the guest's unprivileged host uid with
+// no capabilities, and serves a listener PID 1 creates on 127.0.0.1:kGuestProxyPort (decision log:
+// <sandbox_dir>/egress.log). `unrestricted` runs slirp4netns on PID 1's namespaces. Both helpers
+// stay in the sandbox's cgroups and end when PID 1 does (they watch a pipe only PID 1 holds).
 #pragma once
 
 #include <sys/types.h>
@@ -20,6 +27,7 @@
 #include <boost/json/value.hpp>
 
 #include "maf_sandbox/runtime/cgroup.hpp"
+#include "maf_sandbox/runtime/egress.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
 
 namespace maf_sandbox::runtime {
@@ -42,6 +50,11 @@ struct SupervisorConfig {
     std::vector<std::filesystem::path> delegated_cgroups;
     std::optional<std::chrono::seconds> idle_timeout;
     std::optional<std::chrono::seconds> max_lifetime;
+    // closed: loopback only. allowlist: the host-side half forks the egress proxy (host network
+    // namespace, unprivileged) and PID 1 hands it a listener on 127.0.0.1:kGuestProxyPort.
+    // unrestricted: slirp4netns gives the namespace a route out.
+    EgressPolicy egress;
+    EgressOperatorOptions egress_operator;
 };
 
 boost::json::value to_json(const SupervisorConfig& config);

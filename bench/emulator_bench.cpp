@@ -1,0 +1,335 @@
+// The HTTP layer's overhead (issue 5): create-to-Running and the exec round trip through the
+// acas-emulator, next to the same operations on the local backend in the same run, so the cost of
+// the REST API, TLS and polling reads as a ratio. Counters report HTTP requests per operation.
+//
+// The emulator is started here (127.0.0.1, port 0, self-signed) from the build's acas-emulator
+// and stopped at exit; its sandboxes are deleted through the API.
+#include <benchmark/benchmark.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/json.hpp>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "maf_sandbox/acas/backend.hpp"
+#include "maf_sandbox/core/run_blocking.hpp"
+#include "maf_sandbox/core/types.hpp"
+#include "maf_sandbox/local/local_backend.hpp"
+#include "maf_sandbox/net/http_client.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace json = boost::json;
+using maf_sandbox::ExecRequest;
+using maf_sandbox::run_blocking;
+using maf_sandbox::SandboxKey;
+using maf_sandbox::SandboxSpec;
+using maf_sandbox::SandboxSpecFields;
+
+const std::string kGroup =
+    "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg-bench/sandboxGroups/"
+    "bench";
+const std::string kApi = "?api-version=2026-02-01-preview";
+
+// The emulator process, a raw HTTPS client shaped like the SDK's, an AcasBackend on it, and a
+// local backend for the baseline; everything is removed at exit.
+struct Rig {
+    std::filesystem::path dir;
+    pid_t emulator = -1;
+    std::string base;
+    boost::asio::io_context io;
+    std::unique_ptr<maf_sandbox::net::HttpClient> http;
+    std::unique_ptr<maf_sandbox::acas::AcasBackend> acas;
+    std::unique_ptr<maf_sandbox::local::LocalBackend> local;
+    std::size_t raw_requests = 0;
+
+    Rig() {
+        std::string pattern = "/tmp/maf-emu-bench-XXXXXX";
+        if (mkdtemp(pattern.data()) == nullptr) {
+            throw std::runtime_error("mkdtemp failed");
+        }
+        dir = pattern;
+        start_emulator();
+        maf_sandbox::net::HttpClientOptions options;
+        options.ca_file = (dir / "emulator" / "ca.pem").string();
+        options.proxy = maf_sandbox::net::ProxySettings{};
+        http = std::make_unique<maf_sandbox::net::HttpClient>(io.get_executor(), options);
+
+        maf_sandbox::acas::AcasSandboxConfig config;
+        config.endpoint = base;
+        config.subscription_id = "00000000-0000-0000-0000-000000000000";
+        config.resource_group = "rg-bench";
+        config.sandbox_group = "bench";
+        config.ca_file = options.ca_file;
+        config.token = "bench-token";
+        config.emulator = true;
+        // The SDK polls every 3 s; a benchmark of the HTTP layer polls as fast as is reasonable.
+        config.poll_interval = maf_sandbox::Seconds{0.005};
+        config.silence_preview_warning = true;
+        acas = std::make_unique<maf_sandbox::acas::AcasBackend>(config);
+
+        maf_sandbox::local::LocalBackendConfig local_config;
+        local_config.state_dir = dir / "local";
+        local = std::make_unique<maf_sandbox::local::LocalBackend>(local_config);
+    }
+
+    ~Rig() {
+        try {
+            run_blocking(io, acas->dispose_scope("bench", "bench"));
+            run_blocking(io, acas->close());
+            run_blocking(local->dispose_scope("bench", "bench"));
+            delete_all();
+        } catch (const std::exception& e) {
+            fmt::print(stderr, "cleanup: {}\n", e.what());
+        }
+        if (emulator > 0) {
+            ::kill(emulator, SIGTERM);
+            ::waitpid(emulator, nullptr, 0);
+        }
+        local.reset();
+        std::error_code ignored;
+        std::filesystem::remove_all(dir, ignored);
+    }
+
+    void start_emulator() {
+        const auto state = (dir / "emulator").string();
+        const auto log = (dir / "emulator.log").string();
+        std::vector<std::string> args{
+            ACAS_EMULATOR_PATH, "serve",   "--listen",    "127.0.0.1:0", "--state-dir",     state,
+            "--self-signed",    "--token", "bench-token", "--alias",     "python-3.13=host"};
+        std::vector<char*> argv;
+        for (auto& a : args) {
+            argv.push_back(a.data());
+        }
+        argv.push_back(nullptr);
+        int out[2];
+        if (::pipe(out) != 0) {
+            throw std::runtime_error("pipe failed");
+        }
+        posix_spawn_file_actions_t actions;
+        posix_spawn_file_actions_init(&actions);
+        posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+        posix_spawn_file_actions_addclose(&actions, out[0]);
+        posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(),
+                                         O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        const int rc = ::posix_spawn(&emulator, argv[0], &actions, nullptr, argv.data(), environ);
+        posix_spawn_file_actions_destroy(&actions);
+        ::close(out[1]);
+        if (rc != 0) {
+            ::close(out[0]);
+            throw std::runtime_error("cannot start acas-emulator");
+        }
+        std::string line;
+        pollfd p{out[0], POLLIN, 0};
+        while (line.find('\n') == std::string::npos && ::poll(&p, 1, 30000) > 0) {
+            char buffer[256];
+            const auto n = ::read(out[0], buffer, sizeof buffer);
+            if (n <= 0) {
+                break;
+            }
+            line.append(buffer, static_cast<std::size_t>(n));
+        }
+        ::close(out[0]);
+        const std::string prefix = "listening on ";
+        if (!line.starts_with(prefix)) {
+            throw std::runtime_error("acas-emulator did not start; see " + log);
+        }
+        base = line.substr(prefix.size(), line.find('\n') - prefix.size());
+    }
+
+    maf_sandbox::net::HttpResponse call(const std::string& method, const std::string& path,
+                                        std::string body = {}) {
+        maf_sandbox::net::HttpRequest request;
+        request.method = method;
+        request.target = base + kGroup + path + kApi;
+        request.headers.set("Authorization", "Bearer bench-token");
+        request.headers.set("Accept", "application/json");
+        if (method == "PUT" || method == "POST") {
+            request.headers.set("Content-Type", "application/json");
+        }
+        request.body = std::move(body);
+        ++raw_requests;
+        return run_blocking(io, http->send(std::move(request)));
+    }
+
+    void delete_all() {
+        for (int round = 0; round < 200; ++round) {
+            const auto listing = json::parse(call("GET", "/sandboxes").body);
+            const auto& value = listing.at("value").as_array();
+            if (value.empty()) {
+                return;
+            }
+            for (const auto& s : value) {
+                if (s.at("state").as_string() != "Deleting") {
+                    call("DELETE", "/sandboxes/" + std::string(s.at("id").as_string()));
+                }
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    }
+};
+
+Rig& rig() {
+    static Rig instance;  // benchmark-process lifetime only
+    return instance;
+}
+
+SandboxSpec spec(maf_sandbox::IsolationScope scope, bool acas) {
+    SandboxSpecFields fields;
+    fields.kind = "bench";
+    fields.isolation_scope = scope;
+    if (acas) {
+        fields.image = "host";
+    }
+    fields.requires_capabilities = {maf_sandbox::Capability::exec};
+    return SandboxSpec(fields);
+}
+
+// A shell string on both sides: the service runs every exec with sh -c.
+ExecRequest true_request() {
+    ExecRequest request;
+    request.command = std::string("true");
+    return request;
+}
+
+// --- baseline: the local backend ---------------------------------------------------------------
+
+void BM_LocalCreate(benchmark::State& s) {
+    auto& backend = *rig().local;
+    int n = 0;
+    for (auto _ : s) {
+        const SandboxKey key{"bench", "bench", "local", "call-" + std::to_string(n++)};
+        benchmark::DoNotOptimize(
+            run_blocking(backend.acquire(key, spec(maf_sandbox::IsolationScope::call, false))));
+        s.PauseTiming();
+        run_blocking(backend.dispose(key, std::nullopt));
+        s.ResumeTiming();
+    }
+}
+BENCHMARK(BM_LocalCreate)->Unit(benchmark::kMillisecond)->Iterations(20)->UseRealTime();
+
+void BM_LocalExecTrue(benchmark::State& s) {
+    auto& backend = *rig().local;
+    const SandboxKey key{"bench", "bench", "local", ""};
+    auto sandbox =
+        run_blocking(backend.acquire(key, spec(maf_sandbox::IsolationScope::conversation, false)));
+    for (auto _ : s) {
+        benchmark::DoNotOptimize(run_blocking(sandbox->exec(true_request())));
+    }
+}
+BENCHMARK(BM_LocalExecTrue)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+
+// --- through the emulator ------------------------------------------------------------------------
+
+// The wire alone: PUT, then GET every 2 ms until Running (the SDK's poller, faster). Deletion is
+// not timed.
+void BM_EmulatorCreateToRunning(benchmark::State& s) {
+    auto& r = rig();
+    const std::string body = R"({"sourcesRef":{"diskImage":{"name":"host","isPublic":true}},)"
+                             R"("resources":{"cpu":"1000m","memory":"2048Mi"},)"
+                             R"("labels":{"scope":"bench-raw"}})";
+    std::size_t requests = 0;
+    for (auto _ : s) {
+        const auto before = r.raw_requests;
+        const auto created = json::parse(r.call("PUT", "/sandboxes", body).body);
+        const std::string id(created.at("id").as_string());
+        for (;;) {
+            const auto got = json::parse(r.call("GET", "/sandboxes/" + id).body);
+            const auto state = got.at("state").as_string();
+            if (state == "Running") {
+                break;
+            }
+            if (state == "Failed") {
+                s.SkipWithError("the sandbox failed to start");
+                return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        requests += r.raw_requests - before;
+        s.PauseTiming();
+        r.call("DELETE", "/sandboxes/" + id);
+        s.ResumeTiming();
+    }
+    s.counters["requests/op"] =
+        benchmark::Counter(static_cast<double>(requests), benchmark::Counter::kAvgIterations);
+}
+BENCHMARK(BM_EmulatorCreateToRunning)->Unit(benchmark::kMillisecond)->Iterations(20)->UseRealTime();
+
+// The backend's cold acquire (create, wait for Running, lifecycle policy, acquire probes).
+void BM_AcasColdAcquireThroughEmulator(benchmark::State& s) {
+    auto& r = rig();
+    int n = 0;
+    std::size_t requests = 0;
+    for (auto _ : s) {
+        const SandboxKey key{"bench", "bench", "acas", "call-" + std::to_string(n++)};
+        const auto before = r.acas->requests_sent();
+        benchmark::DoNotOptimize(run_blocking(
+            r.io, r.acas->acquire(key, spec(maf_sandbox::IsolationScope::call, true))));
+        requests += r.acas->requests_sent() - before;
+        s.PauseTiming();
+        run_blocking(r.io, r.acas->dispose(key, std::nullopt));
+        s.ResumeTiming();
+    }
+    s.counters["requests/op"] =
+        benchmark::Counter(static_cast<double>(requests), benchmark::Counter::kAvgIterations);
+}
+BENCHMARK(BM_AcasColdAcquireThroughEmulator)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(20)
+    ->UseRealTime();
+
+// One POST executeShellCommand of `true` on a warm sandbox.
+void BM_EmulatorRawExecTrue(benchmark::State& s) {
+    auto& r = rig();
+    const auto created =
+        json::parse(r.call("PUT", "/sandboxes",
+                           R"({"sourcesRef":{"diskImage":{"name":"host","isPublic":true}},)"
+                           R"("labels":{"scope":"bench-raw"}})")
+                        .body);
+    const std::string id(created.at("id").as_string());
+    while (json::parse(r.call("GET", "/sandboxes/" + id).body).at("state").as_string() !=
+           "Running") {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    for (auto _ : s) {
+        benchmark::DoNotOptimize(
+            r.call("POST", "/sandboxes/" + id + "/executeShellCommand", R"({"command":"true"})"));
+    }
+    s.counters["requests/op"] = 1;
+    r.call("DELETE", "/sandboxes/" + id);
+}
+BENCHMARK(BM_EmulatorRawExecTrue)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+
+// The backend's exec of `true` on its warm sandbox.
+void BM_AcasExecTrueThroughEmulator(benchmark::State& s) {
+    auto& r = rig();
+    const SandboxKey key{"bench", "bench", "acas", ""};
+    auto sandbox = run_blocking(
+        r.io, r.acas->acquire(key, spec(maf_sandbox::IsolationScope::conversation, true)));
+    const auto before = r.acas->requests_sent();
+    for (auto _ : s) {
+        benchmark::DoNotOptimize(run_blocking(r.io, sandbox->exec(true_request())));
+    }
+    s.counters["requests/op"] = benchmark::Counter(
+        static_cast<double>(r.acas->requests_sent() - before), benchmark::Counter::kAvgIterations);
+}
+BENCHMARK(BM_AcasExecTrueThroughEmulator)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,396 @@
+// Egress beyond loopback: the egress proxy process (allowlist) and slirp4netns (unrestricted).
+#include "guest_network.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "fd_ops.hpp"
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/egress.hpp"
+#include "maf_sandbox/runtime/isolation.hpp"
+#include "maf_sandbox/runtime/sandbox_process.hpp"
+
+namespace maf_sandbox::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// How long PID 1 waits for the proxy to take its listener, and the proxy for the listener.
+constexpr int kHandOverMs = 10000;
+constexpr int kProxyWaitMs = 30000;
+// How long the host-side half waits for slirp4netns to configure the namespace.
+constexpr int kSlirpReadyMs = 10000;
+// The hosts file the operator names is read once, as root, at sandbox start.
+constexpr std::size_t kMaxHostsFileBytes = 1 << 20;
+// The supervisor runs with an empty environment, so slirp4netns is looked up in the system's
+// directories only (never through a PATH anybody else controls).
+constexpr const char* kSystemBinDirs[] = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin",
+                                          "/usr/bin",        "/sbin",          "/bin"};
+// A uid that is nobody's: where the guest's host uid would be root (a mapping based at 0).
+constexpr uid_t kNobody = 65534;
+
+std::optional<fs::path> find_slirp4netns() {
+    for (const char* dir : kSystemBinDirs) {
+        const fs::path candidate = fs::path(dir) / "slirp4netns";
+        if (::access(candidate.c_str(), X_OK) == 0) {
+            return candidate;
+        }
+    }
+    return std::nullopt;
+}
+
+// Closes every descriptor from 3 up except `keep` (negative entries are ignored).
+void close_fds_except(std::vector<int> keep) {
+    std::sort(keep.begin(), keep.end());
+    unsigned int next = 3;
+    for (const int fd : keep) {
+        if (fd < static_cast<int>(next)) {
+            continue;
+        }
+        if (static_cast<unsigned int>(fd) > next) {
+            ::syscall(SYS_close_range, next, static_cast<unsigned int>(fd) - 1, 0);
+        }
+        next = static_cast<unsigned int>(fd) + 1;
+    }
+    ::syscall(SYS_close_range, next, ~0u, 0);
+}
+
+std::string fd_path(int fd) {
+    return fmt::format("/proc/self/fd/{}", fd);
+}
+
+void send_fd(int channel, int fd) {
+    char byte = 'l';
+    iovec data{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr message{};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+    if (::sendmsg(channel, &message, MSG_NOSIGNAL) != 1) {
+        throw SystemError(errno, "handing the egress proxy its listener");
+    }
+}
+
+// Waits for one message carrying a descriptor; invalid on EOF, timeout, or when `lifetime` hangs
+// up first (the sandbox is already gone).
+UniqueFd receive_fd(int channel, int lifetime, int timeout_ms) {
+    pollfd fds[2] = {{channel, POLLIN, 0}, {lifetime, POLLIN, 0}};
+    int ready;
+    do {
+        ready = ::poll(fds, 2, timeout_ms);
+    } while (ready < 0 && errno == EINTR);
+    if (ready <= 0 || fds[1].revents != 0 || (fds[0].revents & POLLIN) == 0) {
+        return UniqueFd();
+    }
+    char byte = 0;
+    iovec data{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr message{};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+    if (::recvmsg(channel, &message, MSG_CMSG_CLOEXEC) != 1) {
+        return UniqueFd();
+    }
+    const cmsghdr* header = CMSG_FIRSTHDR(&message);
+    if (header == nullptr || header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS ||
+        header->cmsg_len != CMSG_LEN(sizeof(int))) {
+        return UniqueFd();
+    }
+    int fd = -1;
+    std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
+    return UniqueFd(fd);
+}
+
+// Reads one byte with a deadline; false on EOF, timeout or error.
+bool read_byte(int fd, int timeout_ms, char& byte) {
+    pollfd pfd{fd, POLLIN, 0};
+    int ready;
+    do {
+        ready = ::poll(&pfd, 1, timeout_ms);
+    } while (ready < 0 && errno == EINTR);
+    return ready > 0 && ::read(fd, &byte, 1) == 1;
+}
+
+// The operator's hosts file as an anonymous in-memory copy: the proxy no longer runs as a user
+// that can open the original (which may sit in a private directory), and the sandbox keeps the
+// mapping it started with.
+UniqueFd snapshot_hosts_file(const fs::path& path) {
+    std::string content;
+    try {
+        content = detail::read_host_file(path, kMaxHostsFileBytes);
+    } catch (const std::exception& e) {
+        throw InvalidArgument(fmt::format(
+            "MAF_SANDBOX_EGRESS_HOSTS_FILE names {}, which cannot be read ({}); fix the path or "
+            "unset the variable",
+            path.string(), e.what()));
+    }
+    UniqueFd fd(::memfd_create("maf-egress-hosts", MFD_CLOEXEC));
+    if (!fd || detail::write_all(fd.get(), content) != 0) {
+        throw SystemError(errno, "copying the egress hosts file for the proxy");
+    }
+    return fd;
+}
+
+// The last line slirp4netns wrote, for the refusal (the file goes with the sandbox directory).
+std::string last_line_of(const fs::path& log) {
+    std::string text;
+    try {
+        text = detail::read_host_file(log, 64 << 10);
+    } catch (const std::exception&) {
+    }
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) {
+        text.pop_back();
+    }
+    const auto start = text.rfind('\n');
+    text = start == std::string::npos ? text : text.substr(start + 1);
+    return text.empty() ? "it reported nothing" : "it said: " + text;
+}
+
+// The proxy process: forked by the host-side half, never returns. Everything it keeps is named
+// here; every other descriptor (the ready pipe, PID 1's ends) is closed before it drops root.
+// `sandbox_dir` is an O_PATH descriptor: through /proc/self/fd the unprivileged proxy reaches its
+// log without search permission on the state directory's ancestors (which may be private).
+[[noreturn]] void proxy_process(const SupervisorConfig& config, int channel, int lifetime,
+                                int sandbox_dir, int hosts) noexcept {
+    int status = 1;
+    try {
+        close_fds_except({channel, lifetime, sandbox_dir, hosts});
+        ::signal(SIGPIPE, SIG_IGN);
+        ::prctl(PR_SET_NAME, "maf-egress-proxy", 0, 0, 0);
+        // The guest's own host ids: unprivileged, and mapped to nothing outside the sandbox.
+        const uid_t uid = config.mounts.guest_uid == 0 ? kNobody : config.mounts.guest_uid;
+        const gid_t gid = config.mounts.guest_gid == 0 ? kNobody : config.mounts.guest_gid;
+        if (!drop_bounding_set() || ::setgroups(0, nullptr) != 0 ||
+            ::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0 ||
+            !drop_all_capabilities()) {
+            std::_Exit(1);
+        }
+        ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        UniqueFd listener = receive_fd(channel, lifetime, kProxyWaitMs);
+        if (!listener) {
+            std::_Exit(1);
+        }
+        EgressProxyOptions options;
+        options.rules = compile_allowlist(config.egress.allow);
+        options.operator_options = config.egress_operator;
+        options.operator_options.hosts_file.reset();
+        if (hosts >= 0) {
+            options.operator_options.hosts_file = fd_path(hosts);
+        }
+        options.decision_log =
+            fs::path(fd_path(sandbox_dir)) / egress_log_path(config.sandbox_dir).filename();
+        if (::write(channel, "k", 1) != 1) {
+            std::_Exit(1);
+        }
+        ::close(channel);
+        status = run_egress_proxy(listener.release(), lifetime, options);
+    } catch (...) {
+        status = 1;
+    }
+    // _Exit: the supervisor's copied state (loggers, statics) must not run its destructors here.
+    std::_Exit(status);
+}
+
+}  // namespace
+
+fs::path egress_log_path(const fs::path& sandbox_dir) {
+    return sandbox_dir / "egress.log";
+}
+
+std::string egress_unavailable_reason(Egress mode) {
+    if (mode != Egress::unrestricted) {
+        return {};
+    }
+    if (!find_slirp4netns()) {
+        return "slirp4netns is not installed (Debian package slirp4netns)";
+    }
+    UniqueFd tun(::open("/dev/net/tun", O_RDWR | O_CLOEXEC));
+    if (!tun) {
+        return fmt::format("/dev/net/tun cannot be opened ({})", std::strerror(errno));
+    }
+    return {};
+}
+
+std::vector<Egress> enforceable_egress_modes() {
+    std::vector<Egress> modes{Egress::closed, Egress::allowlist};
+    if (egress_unavailable_reason(Egress::unrestricted).empty()) {
+        modes.push_back(Egress::unrestricted);
+    }
+    return modes;
+}
+
+GuestNetwork GuestNetwork::prepare(const SupervisorConfig& config) {
+    GuestNetwork network;
+    network.mode_ = config.egress.mode;
+    if (network.mode_ == Egress::closed) {
+        return network;
+    }
+    int lifetime[2];
+    if (::pipe2(lifetime, O_CLOEXEC) != 0) {
+        throw SystemError(errno, "creating the sandbox's lifetime pipe");
+    }
+    network.lifetime_read_.reset(lifetime[0]);
+    network.lifetime_write_.reset(lifetime[1]);
+    if (network.mode_ != Egress::allowlist) {
+        return network;
+    }
+    compile_allowlist(config.egress.allow);  // a bad entry fails here, before anything runs
+
+    // Created here, owned by the proxy's user, so the proxy can append after dropping root.
+    const fs::path log_path = egress_log_path(config.sandbox_dir);
+    UniqueFd log(
+        ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+    const uid_t owner = config.mounts.guest_uid == 0 ? kNobody : config.mounts.guest_uid;
+    const gid_t group = config.mounts.guest_gid == 0 ? kNobody : config.mounts.guest_gid;
+    if (!log || ::fchown(log.get(), owner, group) != 0) {
+        throw SystemError(errno,
+                          fmt::format("creating the egress decision log {}", log_path.string()));
+    }
+    log.reset();
+    UniqueFd dir(::open(config.sandbox_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!dir) {
+        throw SystemError(errno, fmt::format("opening {}", config.sandbox_dir.string()));
+    }
+    UniqueFd hosts;
+    if (config.egress_operator.hosts_file) {
+        hosts = snapshot_hosts_file(*config.egress_operator.hosts_file);
+    }
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+        throw SystemError(errno, "creating the channel to the egress proxy");
+    }
+    UniqueFd proxy_end(pair[0]);
+    network.channel_.reset(pair[1]);
+    const pid_t proxy = ::fork();
+    if (proxy < 0) {
+        throw SystemError(errno, "forking the egress proxy");
+    }
+    if (proxy == 0) {
+        proxy_process(config, proxy_end.get(), network.lifetime_read_.get(), dir.get(),
+                      hosts.get());
+    }
+    network.lifetime_read_.reset();  // the proxy's now
+    return network;
+}
+
+void GuestNetwork::start_inside() {
+    lifetime_read_.reset();
+    if (mode_ != Egress::allowlist) {
+        return;  // lifetime_write_ stays open until PID 1 ends
+    }
+    UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(kGuestProxyPort);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (!listener ||
+        ::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+        ::listen(listener.get(), 512) != 0) {
+        throw SystemError(
+            errno, fmt::format("listening on 127.0.0.1:{} for the egress proxy", kGuestProxyPort));
+    }
+    send_fd(channel_.get(), listener.get());
+    listener.reset();
+    char ack = 0;
+    if (!read_byte(channel_.get(), kHandOverMs, ack) || ack != 'k') {
+        throw SystemError(EIO, "the egress proxy did not start (it never took its listener)");
+    }
+    channel_.reset();
+}
+
+void GuestNetwork::start_outside(const SupervisorConfig& config, pid_t pid1) {
+    channel_.reset();
+    if (mode_ == Egress::unrestricted) {
+        const auto executable = find_slirp4netns();
+        if (!executable) {
+            throw SandboxEgressNotEnforced(
+                "egress 'unrestricted' needs slirp4netns, which is not installed here; install "
+                "the slirp4netns package or use egress closed or allowlist");
+        }
+        int ready[2];
+        if (::pipe2(ready, O_CLOEXEC) != 0) {
+            throw SystemError(errno, "creating the slirp4netns ready pipe");
+        }
+        UniqueFd ready_read(ready[0]);
+        UniqueFd ready_write(ready[1]);
+        const fs::path log_path = config.sandbox_dir / "slirp4netns.log";
+        UniqueFd log(
+            ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+        const std::vector<std::string> args{
+            executable->string(),
+            "--configure",
+            "--mtu=65520",
+            "--disable-host-loopback",  // the host's 127.0.0.1 is not "the internet"
+            "--enable-sandbox",
+            "--enable-seccomp",
+            fmt::format("--exit-fd={}", lifetime_read_.get()),
+            fmt::format("--ready-fd={}", ready_write.get()),
+            std::to_string(pid1),
+            "tap0"};
+        std::vector<char*> argv;
+        for (const auto& arg : args) {
+            argv.push_back(const_cast<char*>(arg.c_str()));
+        }
+        argv.push_back(nullptr);
+        char* const envp[] = {nullptr};
+        const pid_t slirp = ::fork();
+        if (slirp < 0) {
+            throw SystemError(errno, "forking slirp4netns");
+        }
+        if (slirp == 0) {
+            if (log) {
+                ::dup2(log.get(), 2);
+            }
+            close_fds_except({lifetime_read_.get(), ready_write.get()});
+            ::fcntl(lifetime_read_.get(), F_SETFD, 0);
+            ::fcntl(ready_write.get(), F_SETFD, 0);
+            ::execve(argv[0], argv.data(), envp);
+            ::_exit(127);
+        }
+        ready_write.reset();
+        char byte = 0;
+        if (!read_byte(ready_read.get(), kSlirpReadyMs, byte) || byte != '1') {
+            ::kill(slirp, SIGKILL);
+            ::waitpid(slirp, nullptr, 0);
+            throw SandboxEgressNotEnforced(fmt::format(
+                "slirp4netns could not give the sandbox a route out ({}); use egress closed or "
+                "allowlist on this host",
+                last_line_of(log_path)));
+        }
+    }
+    lifetime_read_.reset();
+    lifetime_write_.reset();  // PID 1's copy is the one that counts
+}
+
+}  // namespace maf_sandbox::runtime
