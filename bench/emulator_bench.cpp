@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "maf_sandbox/acas/backend.hpp"
+#include "maf_sandbox/acas/config.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/core/types.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
@@ -328,6 +329,113 @@ void BM_AcasExecTrueThroughEmulator(benchmark::State& s) {
 BENCHMARK(BM_AcasExecTrueThroughEmulator)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
+    ->UseRealTime();
+
+// A warm acquire: the same key again, served from the held sandbox.
+void BM_AcasWarmAcquireThroughEmulator(benchmark::State& s) {
+    auto& r = rig();
+    const SandboxKey key{"bench", "bench", "acas", ""};
+    const auto held_spec = spec(maf_sandbox::IsolationScope::conversation, true);
+    run_blocking(r.io, r.acas->acquire(key, held_spec));
+    const auto before = r.acas->requests_sent();
+    for (auto _ : s) {
+        benchmark::DoNotOptimize(run_blocking(r.io, r.acas->acquire(key, held_spec)));
+    }
+    s.counters["requests/op"] = benchmark::Counter(
+        static_cast<double>(r.acas->requests_sent() - before), benchmark::Counter::kAvgIterations);
+}
+BENCHMARK(BM_AcasWarmAcquireThroughEmulator)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0)
+    ->UseRealTime();
+
+SandboxSpec transfer_spec(bool acas) {
+    SandboxSpecFields fields;
+    fields.kind = "bench-files";
+    fields.isolation_scope = maf_sandbox::IsolationScope::conversation;
+    if (acas) {
+        fields.image = "host";
+    }
+    fields.requires_capabilities = {maf_sandbox::Capability::exec,
+                                    maf_sandbox::Capability::files_in,
+                                    maf_sandbox::Capability::files_out};
+    fields.files_in = maf_sandbox::acas::kAcasTransferLimits;
+    fields.files_out = maf_sandbox::acas::kAcasTransferLimits;
+    return SandboxSpec(fields);
+}
+
+std::string payload(std::size_t bytes) {
+    std::string content(bytes, '\0');
+    for (std::size_t i = 0; i < bytes; ++i) {
+        content[i] = static_cast<char>((i * 131 + i / 4096) & 0xff);  // binary, not compressible
+    }
+    return content;
+}
+
+// write_file then read_file of the same bytes (checked), on each backend's warm sandbox. The
+// ACAS path moves files over exec (base64 chunks), so requests/op is also its guest-command count.
+template <bool Acas, bool Read>
+void BM_Transfer(benchmark::State& s) {
+    auto& r = rig();
+    const auto bytes = static_cast<std::size_t>(s.range(0));
+    const auto content = payload(bytes);
+    const SandboxKey key{"bench", "bench", Acas ? "acas" : "local", "files"};
+    std::shared_ptr<maf_sandbox::Sandbox> sandbox =
+        Acas ? run_blocking(r.io, r.acas->acquire(key, transfer_spec(true)))
+             : run_blocking(r.local->acquire(key, transfer_spec(false)));
+    auto run = [&](auto task) {
+        if constexpr (Acas) {
+            return run_blocking(r.io, std::move(task));
+        } else {
+            return run_blocking(std::move(task));
+        }
+    };
+    const std::string name = "bench.bin";
+    run(sandbox->write_file(name, content, ""));
+    std::size_t requests = 0;
+    for (auto _ : s) {
+        const auto before = Acas ? r.acas->requests_sent() : 0;
+        if constexpr (Read) {
+            const auto back = run(sandbox->read_file(name, "", bytes));
+            if (back != content) {
+                s.SkipWithError("read_file returned other bytes");
+                return;
+            }
+        } else {
+            run(sandbox->write_file(name, content, ""));
+        }
+        requests += (Acas ? r.acas->requests_sent() : 0) - before;
+    }
+    s.SetBytesProcessed(static_cast<std::int64_t>(s.iterations()) *
+                        static_cast<std::int64_t>(bytes));
+    if constexpr (Acas) {
+        s.counters["requests/op"] =
+            benchmark::Counter(static_cast<double>(requests), benchmark::Counter::kAvgIterations);
+    }
+}
+BENCHMARK_TEMPLATE(BM_Transfer, false, false)
+    ->Name("BM_LocalWrite")
+    ->Arg(3 << 10)
+    ->Arg(32 << 20)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_Transfer, true, false)
+    ->Name("BM_AcasWriteThroughEmulator")
+    ->Arg(3 << 10)
+    ->Arg(32 << 20)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_Transfer, false, true)
+    ->Name("BM_LocalRead")
+    ->Arg(3 << 10)
+    ->Arg(32 << 20)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_Transfer, true, true)
+    ->Name("BM_AcasReadThroughEmulator")
+    ->Arg(3 << 10)
+    ->Arg(32 << 20)
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 }  // namespace

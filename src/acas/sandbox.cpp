@@ -98,72 +98,88 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
         request.max_output_bytes.value_or(state_->config.exec_output_limit_bytes);
     const auto deadline = deadline_after(request.timeout);
     const auto token = capture::new_token();
-    std::optional<std::string> stdin_path;
-    if (!request.stdin_bytes.empty()) {
+    const bool had_stdin = !request.stdin_bytes.empty();
+    if (had_stdin) {
         // stdin is delivered by staging it as a guest file; the capture reads it from there.
-        stdin_path = capture::scratch_dir(token) + ".stdin";
-        co_await write_file_over_exec(*this, *stdin_path, request.stdin_bytes, "/",
+        const auto stdin_path = capture::stdin_file(token);
+        co_await write_file_over_exec(*this, stdin_path, request.stdin_bytes, "/",
                                       std::chrono::duration<double>(deadline - SteadyClock::now()));
     }
     auto lease = co_await state_->lease(held_->binding);
     std::exception_ptr failure;
     bool sandbox_whole = false;
     try {
-        const auto answer = co_await lease->exec(
-            held_->id, capture::capture_command(token, line, limit, stdin_path), working_directory,
-            deadline, 64 * 1024);
-        const auto manifest = capture::parse_manifest(token, answer.stdout_text);
-        if (answer.exit_code != 0 || !answer.stderr_text.empty() || !manifest) {
+        // One guest command: capture, and for output that fits one answer also its readback and
+        // the scratch removal. The answer bound is a retrieval answer's, which inline output
+        // (at most one chunk in all) stays inside.
+        const auto command = capture::capture_command(token, line, limit, had_stdin);
+        const auto answer = co_await lease->exec(held_->id, command, working_directory, deadline,
+                                                 capture::kRetrievalAnswerBytes);
+        auto captured = answer.exit_code == 0 && answer.stderr_text.empty()
+                            ? capture::parse_capture(token, answer.stdout_text)
+                            : std::nullopt;
+        if (!captured) {
             if (answer.exit_code == 127) {
                 throw SandboxCapabilityNotSupported(
                     "the guest lacks a command bounded capture needs (sh mkdir mkfifo head cat wc "
                     "dd base64 rm rmdir); see docs/acas.md for the image prerequisites");
             }
             throw SandboxOutputError(fmt::format(
-                "the guest's capture manifest was malformed (exit {}); the sandbox is disposed",
+                "the guest's capture answer was malformed or its scratch directory was replaced "
+                "(exit {}); the sandbox is disposed",
                 answer.exit_code));
         }
+        const auto& manifest = captured->manifest;
         std::string streams[2];
-        const std::uint64_t sizes[2] = {manifest->stdout_size, manifest->stderr_size};
-        const char* names[2] = {"stdout", "stderr"};
-        for (int s = 0; s < 2; ++s) {
-            const auto wanted = std::min<std::uint64_t>(sizes[s], limit);
-            for (std::uint64_t chunk = 0; streams[s].size() < wanted; ++chunk) {
-                const auto piece = co_await lease->exec(
-                    held_->id, capture::retrieval_command(token, names[s], chunk), std::string("/"),
-                    deadline, capture::kRetrievalAnswerBytes);
-                const auto bytes = piece.exit_code == 0 && piece.stderr_text.empty()
-                                       ? capture::parse_retrieval(token, piece.stdout_text)
-                                       : std::nullopt;
-                const auto expected =
-                    std::min<std::uint64_t>(capture::kChunkBytes, sizes[s] - streams[s].size());
-                if (!bytes || bytes->size() != expected) {
-                    throw SandboxOutputError(
-                        "retrieving captured output from the guest failed; the sandbox is "
-                        "disposed");
+        const std::uint64_t sizes[2] = {manifest.stdout_size, manifest.stderr_size};
+        int cleanup_exit = 0;
+        if (captured->output) {
+            streams[0] = std::move(captured->output->stdout_bytes);
+            streams[1] = std::move(captured->output->stderr_bytes);
+            cleanup_exit = captured->output->cleanup_exit;
+        } else {
+            const char* names[2] = {"stdout", "stderr"};
+            for (int s = 0; s < 2; ++s) {
+                const auto wanted = std::min<std::uint64_t>(sizes[s], limit);
+                for (std::uint64_t chunk = 0; streams[s].size() < wanted; ++chunk) {
+                    const auto piece = co_await lease->exec(
+                        held_->id, capture::retrieval_command(token, names[s], chunk),
+                        std::string("/"), deadline, capture::kRetrievalAnswerBytes);
+                    const auto bytes = piece.exit_code == 0 && piece.stderr_text.empty()
+                                           ? capture::parse_retrieval(token, piece.stdout_text)
+                                           : std::nullopt;
+                    const auto expected =
+                        std::min<std::uint64_t>(capture::kChunkBytes, sizes[s] - streams[s].size());
+                    if (!bytes || bytes->size() != expected) {
+                        throw SandboxOutputError(
+                            "retrieving captured output from the guest failed; the sandbox is "
+                            "disposed");
+                    }
+                    streams[s] += *bytes;
                 }
-                streams[s] += *bytes;
             }
-            streams[s].resize(std::min<std::uint64_t>(streams[s].size(), limit));
+            const auto cleanup =
+                co_await lease->exec(held_->id, capture::cleanup_command(token, had_stdin),
+                                     std::string("/"), deadline, 64 * 1024);
+            cleanup_exit = cleanup.exit_code;
         }
-        const auto cleanup =
-            co_await lease->exec(held_->id, capture::cleanup_command(token, stdin_path.has_value()),
-                                 std::string("/"), deadline, 64 * 1024);
-        if (cleanup.exit_code != 0) {
+        for (auto& stream : streams)
+            stream.resize(std::min<std::uint64_t>(stream.size(), limit));
+        if (cleanup_exit != 0) {
             // The bytes are complete: keep them and say where the scratch remains.
             state_->log->warn(
                 "could not remove the exec scratch directory {} in sandbox {} (exit {}); it "
                 "remains until the sandbox is disposed",
-                capture::scratch_dir(token), held_->id, cleanup.exit_code);
+                capture::scratch_dir(token), held_->id, cleanup_exit);
         }
         if (sizes[0] > limit || sizes[1] > limit) {
             sandbox_whole = true;
             throw ExecOutputLimitExceeded(
                 fmt::format("the command's output exceeded the {}-byte per-stream limit", limit),
                 streams[0], streams[1], static_cast<std::size_t>(sizes[0] + sizes[1]),
-                manifest->exit_code);
+                manifest.exit_code);
         }
-        co_return ExecResult{std::move(streams[0]), std::move(streams[1]), manifest->exit_code};
+        co_return ExecResult{std::move(streams[0]), std::move(streams[1]), manifest.exit_code};
     } catch (const AcasThrottled&) {
         // Only a Retry-After wait was pending: nothing ran, the sandbox is whole.
         throw;

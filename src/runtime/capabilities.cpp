@@ -17,8 +17,9 @@ constexpr int kHighestCapability = 63;  // beyond CAP_LAST_CAP of any kernel so 
 
 bool drop_bounding_set() noexcept {
     for (int cap = 0; cap <= kHighestCapability; ++cap) {
-        if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
-            return false;
+        if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) {
+            // Capabilities are numbered without gaps: EINVAL means past the kernel's last one.
+            return errno == EINVAL && cap > 0;
         }
     }
     return true;

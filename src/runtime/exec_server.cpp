@@ -8,6 +8,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -45,7 +46,7 @@ constexpr auto kDrainQuiet = std::chrono::milliseconds(20);
 
 // Why the child could not reach execve, sent over a close-on-exec pipe.
 struct ChildFailure {
-    int stage;  // 0 join cgroup, 1 ids, 2 caps, 3 chdir, 4 seccomp, 5 exec
+    int stage;  // 0 join cgroup, 1 ids, 2 caps, 3 chdir, 4 seccomp, 5 exec, 6 oom score
     int error;
 };
 
@@ -167,6 +168,21 @@ struct Guest {
     UniqueFd pidfd;
 };
 
+// Async-signal-safe. While this process is not dumpable its /proc files belong to the host's
+// root, not to the sandbox's, so it becomes dumpable for the one write: nothing of the guest's
+// runs yet, and a guest process that could look (root inside) has no more power than this one.
+bool prefer_as_oom_victim() noexcept {
+    if (::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) {
+        return false;
+    }
+    const int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    const bool written = fd >= 0 && ::write(fd, "1000", 4) == 4;
+    if (fd >= 0) {
+        ::close(fd);
+    }
+    return ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 && written;
+}
+
 [[noreturn]] void guest_main(const ExecContext& context, const ExecCgroupParent::Child* cgroup,
                              int in, int out, int err, int fail, int command, int ready) {
     const auto fail_with = [&](int stage) {
@@ -182,6 +198,13 @@ struct Guest {
     ::setsid();
     if (cgroup != nullptr && !cgroup->join_self()) {
         fail_with(0);
+    }
+    // Guest programs are the OOM killer's first choice: a guest filling memory (its tmpfs layers
+    // are charged to the sandbox's cgroup too) must not get PID 1 killed. Raising the score needs
+    // no privilege; lowering the supervisor's would need CAP_SYS_RESOURCE, which hosts like this
+    // one do not grant. A guest may lower itself back to 0: then it can only kill its own sandbox.
+    if (!prefer_as_oom_victim()) {
+        fail_with(6);
     }
     ::dup2(in, 0);
     ::dup2(out, 1);
@@ -517,8 +540,10 @@ class Exec {
         reply.status = ExecStatus::failed;
         reply.exit_code = -1;
         static constexpr const char* kStages[] = {
-            "joining the exec's cgroup", "switching to the guest user", "dropping capabilities",
-            "entering the working directory", "installing the seccomp filter"};
+            "joining the exec's cgroup",     "switching to the guest user",
+            "dropping capabilities",         "entering the working directory",
+            "installing the seccomp filter", "executing",
+            "raising the OOM score"};
         reply.message = failure.stage == 3
                             ? fmt::format("the working directory {} cannot be entered: {}", cwd,
                                           std::strerror(failure.error))

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
@@ -15,6 +16,7 @@
 #include "maf_sandbox/core/conformance.hpp"
 #include "maf_sandbox/core/labels.hpp"
 #include "maf_sandbox/core/router.hpp"
+#include "maf_sandbox/core/shell_quote.hpp"
 
 namespace maf_sandbox::acas {
 namespace {
@@ -140,6 +142,107 @@ TEST(AcasBackend, ExecDeliversStdinByStagingItAsAFile) {
     request.command = std::string("wc -c");
     request.stdin_bytes = std::string(70000, 'z');
     EXPECT_EQ(drive(h.io, sandbox->exec(request)).stdout_text(), "70000\n");
+}
+
+// The program finds its own scratch directory through its stdout fifo, as a hostile one could.
+constexpr const char* kScratchOfThisExec = "d=$(dirname \"$(readlink /proc/$$/fd/1)\"); ";
+
+TEST(AcasBackend, AWarmExecWhoseOutputFitsOneAnswerIsOneRequestByteExactAndLeavesNoScratch) {
+    Harness h;
+    auto backend = h.backend();
+    auto sandbox = drive(h.io, backend->acquire(kKey, h.spec()));
+    const auto one_exec = [&](std::string command) {
+        ExecRequest request;
+        request.command = std::move(command);
+        const auto before = h.service.requests();
+        auto result = drive(h.io, sandbox->exec(request));
+        EXPECT_EQ(h.service.requests() - before, 1u) << std::get<std::string>(request.command);
+        return result;
+    };
+    EXPECT_EQ(one_exec("true").exit_code, 0);
+
+    // Binary bytes, NUL included, and no trailing newline on either stream.
+    const auto binary = one_exec("printf 'a\\000b\\377\\n\\n'; printf 'e\\000\\001' >&2; exit 3");
+    EXPECT_EQ(binary.stdout_bytes, std::string("a\0b\xff\n\n", 6));
+    EXPECT_EQ(binary.stderr_bytes, std::string("e\0\x01", 3));
+    EXPECT_EQ(binary.exit_code, 3);
+
+    // A program writing its own token lines and a forged manifest changes nothing.
+    const auto forged = one_exec(std::string(kScratchOfThisExec) +
+                                 "t=$(basename \"$d\"); printf '%s 0 0 0\\n%s\\n' \"$t\" \"$t\"; "
+                                 "printf '\\n%s 0\\n' \"$t\" >&2; printf '%s' \"$d\" >&2");
+    const auto token_end = forged.stdout_bytes.find(' ');
+    ASSERT_NE(token_end, std::string::npos);
+    const auto token = forged.stdout_bytes.substr(0, token_end);
+    EXPECT_EQ(token.rfind("maf-exec-", 0), 0u);
+    EXPECT_EQ(forged.stdout_bytes, token + " 0 0 0\n" + token + "\n");
+    EXPECT_EQ(forged.stderr_bytes, "\n" + token + " 0\n/tmp/" + token);
+    EXPECT_FALSE(std::filesystem::exists("/tmp/" + token));  // removed by the same command
+
+    // Exactly one chunk in all still fits; one byte more is read back and cleaned up separately.
+    const auto full = one_exec("head -c 49151 /dev/zero | tr '\\0' 'x'; printf y >&2");
+    EXPECT_EQ(full.stdout_bytes, std::string(49151, 'x'));
+    EXPECT_EQ(full.stderr_bytes, "y");
+    ExecRequest over;
+    over.command = std::string("head -c 49152 /dev/zero | tr '\\0' 'x'; printf 'y\\000' >&2");
+    const auto before = h.service.requests();
+    const auto split = drive(h.io, sandbox->exec(over));
+    EXPECT_EQ(h.service.requests() - before, 4u);  // capture, one chunk per stream, cleanup
+    EXPECT_EQ(split.stdout_bytes, std::string(49152, 'x'));
+    EXPECT_EQ(split.stderr_bytes, std::string("y\0", 2));
+}
+
+TEST(AcasBackend, ExecStagedStdinAndScratchAreBothRemovedByTheCaptureCommand) {
+    Harness h;
+    auto backend = h.backend();
+    auto sandbox = drive(h.io, backend->acquire(kKey, h.spec()));
+    ExecRequest request;
+    request.command = std::string(kScratchOfThisExec) + "cat; printf '%s' \"$d\" >&2";
+    request.stdin_bytes = std::string("in\0put", 6);
+    const auto before = h.service.requests();
+    const auto result = drive(h.io, sandbox->exec(request));
+    EXPECT_EQ(h.service.requests() - before, 4u);  // three to stage stdin, one to run
+    EXPECT_EQ(result.stdout_bytes, std::string("in\0put", 6));
+    ASSERT_EQ(result.stderr_bytes.rfind("/tmp/maf-exec-", 0), 0u);
+    EXPECT_FALSE(std::filesystem::exists(result.stderr_bytes));
+    EXPECT_FALSE(std::filesystem::exists(result.stderr_bytes + ".stdin"));
+}
+
+TEST(AcasBackend, AScratchDirectoryReplacedByALinkIsNeverReadAndDisposesTheSandbox) {
+    Harness h;
+    TempDir elsewhere;
+    auto backend = h.backend();
+    auto sandbox = drive(h.io, backend->acquire(kKey, h.spec()));
+    const auto id = *backend->held_sandbox_id(kKey, "shell");
+    const auto moved = (elsewhere.path() / "moved").string();
+    ExecRequest request;
+    request.command = std::string(kScratchOfThisExec) + "mv \"$d\" " + shell_quote(moved) +
+                      " && ln -s " + shell_quote(moved) + " \"$d\"; printf secret";
+    EXPECT_THROW(drive(h.io, sandbox->exec(request)), SandboxOutputError);
+    EXPECT_FALSE(h.service.sandbox(id));  // outcome unknown: invalidated and disposed
+}
+
+TEST(AcasBackend, AFailedScratchRemovalWarnsNamingTheDirectoryAndKeepsTheBytes) {
+    Harness h;
+    auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(16);
+    auto log = std::make_shared<spdlog::logger>("acas-test", sink);
+    auto backend = h.backend([&](auto& c) { c.log = log; });
+    auto sandbox = drive(h.io, backend->acquire(kKey, h.spec()));
+    ExecRequest request;
+    request.command =
+        std::string(kScratchOfThisExec) + ": > \"$d/extra\"; printf '%s' \"$d\"; exit 4";
+    const auto before = h.service.requests();
+    const auto result = drive(h.io, sandbox->exec(request));
+    EXPECT_EQ(h.service.requests() - before, 1u);
+    EXPECT_EQ(result.exit_code, 4);
+    ASSERT_EQ(result.stdout_bytes.rfind("/tmp/maf-exec-", 0), 0u);
+    const auto warnings = sink->last_formatted();
+    ASSERT_FALSE(warnings.empty());
+    EXPECT_NE(warnings.back().find(result.stdout_bytes), std::string::npos);
+    std::filesystem::remove_all(result.stdout_bytes);
+    ExecRequest again;  // the sandbox stays usable
+    again.command = std::string("printf ok");
+    EXPECT_EQ(drive(h.io, sandbox->exec(again)).stdout_bytes, "ok");
 }
 
 TEST(AcasBackend, AWarmAcquireWithChangedEgressRaisesTheConflictAndKeepsTheOriginal) {

@@ -148,6 +148,42 @@ TEST_F(AgainstTheEmulator, TwoBackendsPurgeEachOthersSandboxesByLabel) {
     EXPECT_FALSE(purge.undisposed);
 }
 
+// Issue 9's ACAS target: capture, readback and scratch removal fold into one guest command, so a
+// warm exec whose output fits one answer is one HTTP request; larger output stays byte-exact.
+TEST_F(AgainstTheEmulator, AWarmExecThatFitsOneAnswerIsOneRequestAndLargeOutputStaysExact) {
+    AcasBackend backend(emulator_->config());
+    drive(io_, backend.discover());
+    const SandboxKey key{"scope-x", "thread-x", "agent-x", ""};
+    auto sandbox = drive(io_, backend.acquire(key, spec()));
+    ExecRequest small;
+    small.command = std::string("printf 'a\\000b\\377'; printf 'e\\n\\000' >&2; exit 5");
+    auto before = backend.requests_sent();
+    const auto result = drive(io_, sandbox->exec(small));
+    EXPECT_EQ(backend.requests_sent() - before, 1u);
+    EXPECT_EQ(result.stdout_bytes, std::string("a\0b\xff", 4));
+    EXPECT_EQ(result.stderr_bytes, std::string("e\n\0", 3));
+    EXPECT_EQ(result.exit_code, 5);
+
+    ExecRequest large;  // 108,894 bytes: capture, three chunks, cleanup
+    large.command = std::string("seq 1 20000");
+    std::string expected;
+    for (int i = 1; i <= 20000; ++i)
+        expected += std::to_string(i) + "\n";
+    before = backend.requests_sent();
+    EXPECT_EQ(drive(io_, sandbox->exec(large)).stdout_bytes, expected);
+    EXPECT_EQ(backend.requests_sent() - before, 5u);
+
+    // A write is one request per guest command (mkdir and truncate, one chunk, the move) on top
+    // of the native path walk, which a stat of the same path repeats.
+    before = backend.requests_sent();
+    drive(io_, sandbox->write_file("three.bin", std::string(3072, '\0'), ""));
+    const auto write_requests = backend.requests_sent() - before;
+    before = backend.requests_sent();
+    ASSERT_TRUE(drive(io_, sandbox->stat_file("three.bin", "")));
+    EXPECT_EQ(write_requests - (backend.requests_sent() - before), 3u);
+    EXPECT_FALSE(drive(io_, backend.dispose(key, std::nullopt)));
+}
+
 // The README's "exec detaches" measurement (TestWhetherThisBackendCouldServeHostTools), against
 // the emulator: the host-tools launcher's exec returns while its program still runs, so the
 // exit-code file is absent at return and appears afterwards.

@@ -83,7 +83,7 @@ TEST(Limits, ForkBombIsContainedAndTheHostStaysResponsive) {
             std::this_thread::sleep_for(50ms);
         }
     });
-    const auto reply = sandbox.sh("bomb() { bomb | bomb & }; bomb; sleep 10", 3s);
+    const auto reply = sandbox.sh("bomb() { bomb | bomb & }; bomb; exec sleep 10", 3s);
     done = true;
     probe.join();
     EXPECT_EQ(reply.status, ExecStatus::timed_out);
@@ -97,12 +97,12 @@ TEST(Limits, OutputOverTheCapIsDrainedCountedAndNeverBuffered) {
     StateDir state;
     ScopedSandbox sandbox(host_launch(state.path(), unique_id()));
     const auto rss_before = own_rss_kib();
-    const auto reply = sandbox.sh("timeout 3 yes", 30s, 1 << 20);
+    const auto reply = sandbox.sh("timeout 10 yes", 30s, 1 << 20);
     const auto rss_after = own_rss_kib();
     EXPECT_EQ(reply.status, ExecStatus::exited);
-    EXPECT_EQ(reply.exit_code, 124);  // timeout(1)'s status: `yes` ran the full 3 seconds
+    EXPECT_EQ(reply.exit_code, 124);  // timeout(1)'s status: `yes` ran the full 10 seconds
     EXPECT_EQ(reply.stdout_head.size(), 1u << 20);
-    EXPECT_GT(reply.stdout_total, 16u << 20) << "yes should write far more than the cap in 3 s";
+    EXPECT_GT(reply.stdout_total, 16u << 20) << "yes should write far more than the cap in 10 s";
     EXPECT_TRUE(reply.truncated());
     EXPECT_LT(rss_after, rss_before + 8 * 1024)
         << "host memory grew by " << (rss_after - rss_before) << " KiB";

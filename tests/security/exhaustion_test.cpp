@@ -143,7 +143,7 @@ TEST_F(Exhaustion, InodeExhaustionStopsAtTheLayersInodeLimit) {
 // "Holes found"): the layer, /tmp and /dev/shm are tmpfs charged to the sandbox's memory cgroup, so
 // filling them past the memory limit makes the kernel kill the largest process left, which is the
 // supervisor (PID 1); the sandbox then stays "running" but refuses every exec.
-TEST_F(Exhaustion, DISABLED_FillingTheLayerPastTheMemoryLimitKeepsTheSandboxServing) {
+TEST_F(Exhaustion, FillingTheLayerPastTheMemoryLimitKeepsTheSandboxServing) {
     local::LocalBackendConfig config;
     config.memory_bytes = 128ull << 20;
     config.disk_bytes = 512ull << 20;
