@@ -541,8 +541,11 @@ bool Registry::is_alive(const SandboxRecord& record) {
 }
 
 namespace {
-UniqueFd open_lock_file(const fs::path& state_dir, std::string_view key) {
-    const auto path = state_dir / "locks" / fmt::format("{:016x}.lock", fnv1a(key));
+fs::path lock_path(const fs::path& state_dir, std::string_view key) {
+    return state_dir / "locks" / fmt::format("{:016x}.lock", fnv1a(key));
+}
+
+UniqueFd open_lock_file(const fs::path& path) {
     UniqueFd fd{::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)};
     if (!fd) {
         throw SystemError(errno, fmt::format("opening lock file '{}'", path.string()),
@@ -550,27 +553,49 @@ UniqueFd open_lock_file(const fs::path& state_dir, std::string_view key) {
     }
     return fd;
 }
-}  // namespace
 
-KeyLock Registry::lock(std::string_view key) const {
-    auto fd = open_lock_file(state_dir_, key);
-    while (::flock(fd.get(), LOCK_EX) != 0) {
-        if (errno != EINTR) {
+// True when `path` still names the inode `fd` locked: a releaser removes the file while it
+// holds the lock, so a taker that waited on the removed inode must open the path again.
+bool still_named(int fd, const fs::path& path) {
+    struct stat held {};
+    struct stat named {};
+    return ::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 &&
+           held.st_dev == named.st_dev && held.st_ino == named.st_ino;
+}
+
+KeyLock take_lock(const fs::path& state_dir, std::string_view key, bool wait) {
+    const auto path = lock_path(state_dir, key);
+    for (;;) {
+        auto fd = open_lock_file(path);
+        if (::flock(fd.get(), wait ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if (!wait && errno == EWOULDBLOCK) {
+                return KeyLock{};
+            }
             throw SystemError(errno, "taking a registry lock");
         }
+        if (still_named(fd.get(), path)) {
+            return KeyLock{std::move(fd), path};
+        }
     }
-    return KeyLock{std::move(fd)};
+}
+}  // namespace
+
+void KeyLock::release() noexcept {
+    if (fd_.valid()) {
+        ::unlink(path_.c_str());  // while still holding the flock
+        fd_.reset();
+    }
+}
+
+KeyLock Registry::lock(std::string_view key) const {
+    return take_lock(state_dir_, key, true);
 }
 
 KeyLock Registry::try_lock(std::string_view key) const {
-    auto fd = open_lock_file(state_dir_, key);
-    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-        if (errno == EWOULDBLOCK) {
-            return KeyLock{};
-        }
-        throw SystemError(errno, "taking a registry lock");
-    }
-    return KeyLock{std::move(fd)};
+    return take_lock(state_dir_, key, false);
 }
 
 }  // namespace maf_sandbox::runtime

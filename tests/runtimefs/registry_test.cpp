@@ -4,7 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "maf_sandbox/core/errors.hpp"
 #include "temp_dir.hpp"
@@ -195,6 +198,39 @@ TEST(RegistryTest, AKeyLockSerialisesTwoProcesses) {
     for (int fd : {to_child[0], to_child[1], to_parent[0], to_parent[1]}) {
         ::close(fd);
     }
+}
+
+TEST(RegistryTest, ReleasedLocksLeaveNoLockFilesAndStayExclusiveAcrossTheRemoval) {
+    TempDir temp;
+    Registry registry(temp.path());
+    for (int i = 0; i < 100; ++i) {
+        auto held = registry.lock("scope=s/thread=t/kind=shell/call=" + std::to_string(i));
+        ASSERT_TRUE(held.held());
+    }
+    EXPECT_TRUE(fs::is_empty(temp.path() / "locks")) << "one-off keys left lock files behind";
+
+    // Many threads contending for one key (each cycle removes the file): never two inside.
+    std::atomic<int> inside{0};
+    std::atomic<bool> overlap{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&] {
+            Registry mine(temp.path());
+            for (int i = 0; i < 200; ++i) {
+                auto held = mine.lock("contended");
+                if (inside.fetch_add(1) != 0) {
+                    overlap = true;
+                }
+                std::this_thread::yield();
+                inside.fetch_sub(1);
+            }
+        });
+    }
+    for (auto& thread : threads) {
+        thread.join();
+    }
+    EXPECT_FALSE(overlap) << "two holders of one key at once";
+    EXPECT_TRUE(fs::is_empty(temp.path() / "locks"));
 }
 
 TEST(RegistryTest, StateDirComesFromTheEnvironment) {

@@ -106,16 +106,30 @@ class LabelSelector {
 };
 
 // An exclusive cross-process lock (flock) held until destruction.
+// The lock file is removed when the lock is released (so one-off keys leave nothing behind);
+// a taker therefore counts its flock only while the path still names the inode it locked.
 class KeyLock {
   public:
     KeyLock() = default;
-    explicit KeyLock(UniqueFd fd) noexcept : fd_(std::move(fd)) {}
-    KeyLock(KeyLock&&) noexcept = default;
-    KeyLock& operator=(KeyLock&&) noexcept = default;
+    KeyLock(UniqueFd fd, std::filesystem::path path) noexcept
+        : fd_(std::move(fd)), path_(std::move(path)) {}
+    KeyLock(KeyLock&& other) noexcept = default;
+    KeyLock& operator=(KeyLock&& other) noexcept {
+        if (this != &other) {
+            release();
+            fd_ = std::move(other.fd_);
+            path_ = std::move(other.path_);
+        }
+        return *this;
+    }
+    ~KeyLock() { release(); }
     bool held() const noexcept { return fd_.valid(); }
 
   private:
+    void release() noexcept;
+
     UniqueFd fd_;  // closing the fd releases the flock
+    std::filesystem::path path_;
 };
 
 class Registry {
