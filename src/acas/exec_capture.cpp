@@ -40,9 +40,9 @@ std::string capture_command(const std::string& token, const std::string& user_co
     // After the manifest, output that fits one answer is printed inline and the scratch removed
     // in this same command. The program's bytes only ever appear as base64, whose alphabet has
     // no '-', so nothing the program writes can forge a token line; `head -c <size>` keeps the
-    // readback at the manifest's sizes even if something appends to the files meanwhile. A
-    // failed removal reports only its status, on the last line: its messages must not spoil the
-    // answer's empty stderr.
+    // readback at the manifest's sizes even if something appends to the files meanwhile, and an
+    // empty stream spawns nothing. A failed removal reports only its status, on the last line:
+    // its messages must not spoil the answer's empty stderr.
     return fmt::format(
         "for t in sh mkdir mkfifo head cat wc dd base64 rm rmdir; do "
         "command -v \"$t\" >/dev/null 2>&1 || exit 127; done\n"
@@ -62,8 +62,8 @@ std::string capture_command(const std::string& token, const std::string& user_co
         "test $((so + se)) -le {inline} || exit 0\n"
         "test ! -L \"$d\" && cd -P -- \"$d\" && test -f stdout && test ! -L stdout && "
         "test -f stderr && test ! -L stderr || exit 1\n"
-        "printf '%s\\n' {token}; head -c \"$so\" stdout | base64\n"
-        "printf '\\n%s\\n' {token}; head -c \"$se\" stderr | base64\n"
+        "printf '%s\\n' {token}; test \"$so\" -eq 0 || head -c \"$so\" stdout | base64\n"
+        "printf '\\n%s\\n' {token}; test \"$se\" -eq 0 || head -c \"$se\" stderr | base64\n"
         "{{ {remove_stdin}rm -f -- stdout stderr outpipe errpipe && cd / && rmdir -- \"$d\"; }} "
         "2>/dev/null\n"
         "c=$?\n"
