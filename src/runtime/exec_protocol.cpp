@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <boost/json.hpp>
 
+#include "fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
 
@@ -38,21 +39,6 @@ bool write_all(int fd, const char* data, std::size_t size) noexcept {
     return true;
 }
 
-bool read_all(int fd, char* data, std::size_t size) {
-    while (size > 0) {
-        const ssize_t n = ::read(fd, data, size);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return false;
-        }
-        data += n;
-        size -= static_cast<std::size_t>(n);
-    }
-    return true;
-}
-
 }  // namespace
 
 bool write_frame(int fd, char type, std::string_view payload) noexcept {
@@ -67,7 +53,7 @@ bool write_frame(int fd, char type, std::string_view payload) noexcept {
 
 bool read_frame(int fd, char& type, std::string& payload, std::uint32_t max_payload) {
     unsigned char header[5];
-    if (!read_all(fd, reinterpret_cast<char*>(header), sizeof header)) {
+    if (!detail::read_exact(fd, reinterpret_cast<char*>(header), sizeof header)) {
         return false;
     }
     type = static_cast<char>(header[0]);
@@ -79,7 +65,7 @@ bool read_frame(int fd, char& type, std::string& payload, std::uint32_t max_payl
         return false;
     }
     payload.resize(size);
-    return read_all(fd, payload.data(), size);
+    return detail::read_exact(fd, payload.data(), size);
 }
 
 json::value to_json(const ExecCall& call) {

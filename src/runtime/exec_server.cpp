@@ -3,6 +3,7 @@
 // its whole tree on timeout or when the host hangs up; leave background processes alive after a
 // normal finish.
 #include "exec_server.hpp"
+#include "fd_ops.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -124,36 +125,6 @@ bool decode(std::string_view in, Launch& launch) {
     return true;
 }
 
-bool read_exact(int fd, char* data, std::size_t size) {
-    while (size > 0) {
-        const ssize_t n = ::read(fd, data, size);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return false;
-        }
-        data += n;
-        size -= static_cast<std::size_t>(n);
-    }
-    return true;
-}
-
-bool write_exact(int fd, const char* data, std::size_t size) {
-    while (size > 0) {
-        const ssize_t n = ::write(fd, data, size);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return false;
-        }
-        data += n;
-        size -= static_cast<std::size_t>(n);
-    }
-    return true;
-}
-
 // A guest process forked into its exec cgroup, hardened, and waiting for its Launch on
 // `command`. The supervisor is single-threaded, so the child may allocate freely before execve.
 struct Guest {
@@ -222,13 +193,13 @@ bool prefer_as_oom_victim() noexcept {
     [[maybe_unused]] auto signalled = ::write(ready, "r", 1);
     ::close(ready);
     char header[4];
-    if (!read_exact(command, header, sizeof header)) {
+    if (!detail::read_exact(command, header, sizeof header)) {
         ::_exit(0);  // the handler went away before using us
     }
     std::string_view header_view(header, sizeof header);
     std::string body(get_u32(header_view), '\0');
     Launch launch;
-    if (!read_exact(command, body.data(), body.size()) || !decode(body, launch)) {
+    if (!detail::read_exact(command, body.data(), body.size()) || !decode(body, launch)) {
         ::_exit(0);
     }
     ::close(command);
@@ -398,7 +369,7 @@ class Exec {
         const Launch launch = make_launch(call);
         const std::string message = encode(launch);
         if (prepared_ && still_waiting(*prepared_) &&
-            write_exact(prepared_->command_fd.get(), message.data(), message.size())) {
+            detail::write_all(prepared_->command_fd.get(), message) == 0) {
             guest_ = std::move(*prepared_);
         } else {
             if (prepared_) {
@@ -406,8 +377,7 @@ class Exec {
             }
             guest_ = prepare_guest(context_);
             // A failed write means the guest died preparing; its failure pipe says why.
-            [[maybe_unused]] auto sent =
-                write_exact(guest_.command_fd.get(), message.data(), message.size());
+            [[maybe_unused]] auto sent = detail::write_all(guest_.command_fd.get(), message) == 0;
         }
         prepared_.reset();
         guest_.command_fd.reset();

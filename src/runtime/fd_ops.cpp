@@ -185,6 +185,21 @@ std::string random_hex(std::size_t bytes) {
     return text;
 }
 
+bool read_exact(int fd, char* data, std::size_t size) noexcept {
+    while (size > 0) {
+        const ssize_t n = ::read(fd, data, size);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            return false;
+        }
+        data += n;
+        size -= static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
 int write_all(int fd, std::string_view data) {
     while (!data.empty()) {
         const ssize_t wrote = ::write(fd, data.data(), data.size());

@@ -42,4 +42,8 @@ std::string read_host_file(const std::filesystem::path& path, std::size_t max_by
 // Writes all of `data` to `fd`, retrying short writes. Returns 0 or errno.
 int write_all(int fd, std::string_view data);
 
+// Async-signal-safe: reads exactly `size` bytes, retrying short reads and EINTR; false on EOF or
+// an error.
+bool read_exact(int fd, char* data, std::size_t size) noexcept;
+
 }  // namespace maf_sandbox::runtime::detail
