@@ -1,13 +1,16 @@
-# Shared warning and sanitizer flags for every project target.
-add_library(maf_flags INTERFACE)
-target_compile_options(maf_flags INTERFACE -Wall -Wextra -Wpedantic)
+# Shared warning flags (maf_warnings) and warning plus sanitizer flags (maf_flags, for every
+# project target but static guest programs, which the sanitizers cannot link).
+add_library(maf_warnings INTERFACE)
+target_compile_options(maf_warnings INTERFACE -Wall -Wextra -Wpedantic)
 # GCC 12 reports a false -Wmismatched-new-delete on every Asio coroutine frame (GCC bug 109224).
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
-  target_compile_options(maf_flags INTERFACE -Wno-mismatched-new-delete)
+  target_compile_options(maf_warnings INTERFACE -Wno-mismatched-new-delete)
 endif()
 if(MAF_WERROR)
-  target_compile_options(maf_flags INTERFACE -Werror)
+  target_compile_options(maf_warnings INTERFACE -Werror)
 endif()
+add_library(maf_flags INTERFACE)
+target_link_libraries(maf_flags INTERFACE maf_warnings)
 if(MAF_SANITIZE)
   target_compile_options(maf_flags INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
                                              -fno-sanitize-recover=undefined)
