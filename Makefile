@@ -2,6 +2,7 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
+ASAN_FULL_BUILD ?= build-asan-full
 FUZZ_SECONDS ?= 15
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
@@ -12,7 +13,7 @@ BACKEND    ?= acas
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all bootstrap build build-asan demo test test-main test-asan format clean bench fuzz
+.PHONY: all bootstrap build build-asan demo test test-main test-asan test-asan-full format clean bench fuzz
 
 all: build
 
@@ -54,8 +55,15 @@ fuzz: bootstrap $(FUZZ_BUILD)/build.ninja
 format:
 	git ls-files '*.cpp' '*.hpp' | xargs clang-format -i
 
+# Every test, not only the unit tests, under ASan+UBSan. A second full build (about 20 minutes on
+# two cores), so not part of `make test`; run it before a release and after changes to the runtime.
+test-asan-full: bootstrap
+	cmake -S . -B $(ASAN_FULL_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMAF_SANITIZE=ON -DMAF_BENCH=OFF
+	cmake --build $(ASAN_FULL_BUILD) -j $(JOBS)
+	cd $(ASAN_FULL_BUILD) && ctest --output-on-failure -j $(JOBS) -LE live
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(ASAN_FULL_BUILD)
 
 # Benchmarks (not tests): baselines and ours side by side in one run, ratios printed last.
 bench: build

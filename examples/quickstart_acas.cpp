@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
         const auto result = co_await sandbox->exec(request);
         std::cout << result.stdout_text();
         co_await router.dispose_scope(key.scope, key.thread_id);
+        // Its HTTPS connections live on this coroutine's io_context: close before it ends.
+        co_await backend->close();
         co_return result.exit_code;
     }());
 }

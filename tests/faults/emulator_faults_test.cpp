@@ -89,7 +89,8 @@ class FaultRig {
         const auto r = sdk_.call("GET", "/sandboxes");
         EXPECT_EQ(r.status, 200) << r.body;
         if (r.status == 200) {
-            for (const auto& s : SdkClient::body(r).at("value").as_array()) {
+            const auto listing = SdkClient::body(r);  // named: the loop borrows from it
+            for (const auto& s : listing.at("value").as_array()) {
                 ids.emplace_back(std::string(s.at("id").as_string()) + " (" +
                                  std::string(s.at("state").as_string()) + ")");
             }
