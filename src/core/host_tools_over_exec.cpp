@@ -114,11 +114,7 @@ std::optional<std::uint64_t> positive_number(const std::string& text) {
 }
 
 std::string bounded_guest_text(std::string_view text) {
-    auto clean = replace_invalid_utf8(text);
-    if (clean.size() > kEchoedGuestChars) {
-        return clean.substr(0, kEchoedGuestChars) + " (truncated)";
-    }
-    return clean;
+    return bounded_utf8(text, kEchoedGuestChars);
 }
 
 std::string request_path(const GuestRunLayout& layout, std::uint64_t id, std::string_view what) {

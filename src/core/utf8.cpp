@@ -74,6 +74,19 @@ std::string replace_invalid_utf8(std::string_view bytes) {
     return out;
 }
 
+std::string bounded_utf8(std::string_view text, std::size_t max_bytes) {
+    auto clean = replace_invalid_utf8(text);
+    if (clean.size() <= max_bytes) {
+        return clean;
+    }
+    std::size_t cut = max_bytes;
+    while (cut > 0 && (static_cast<unsigned char>(clean[cut]) & 0xC0) == 0x80) {
+        --cut;
+    }
+    clean.resize(cut);
+    return clean + " (truncated)";
+}
+
 bool is_valid_utf8(std::string_view bytes) {
     std::size_t i = 0;
     while (i < bytes.size()) {

@@ -4,6 +4,7 @@
 #include <array>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/utf8.hpp"
 
 namespace maf_sandbox {
 namespace {
@@ -123,8 +124,7 @@ Enum parse(const std::array<Row<Enum>, N>& table, std::string_view what, std::st
     }
     // The refused text is echoed only in part: it may be megabytes of untrusted input.
     constexpr std::size_t kEchoed = 64;
-    const auto shown =
-        text.size() > kEchoed ? std::string(text.substr(0, kEchoed)) + "..." : std::string(text);
+    const auto shown = bounded_utf8(text, kEchoed);
     throw InvalidArgument(fmt::format("unknown {} '{}'; use one of: {}", what, shown, accepted));
 }
 

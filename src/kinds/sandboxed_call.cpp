@@ -97,16 +97,7 @@ Task<void> clean_up(const KindBinding& binding, const CallSite& site, bool was_c
 }  // namespace
 
 std::string bounded_echo(std::string_view text) {
-    auto clean = replace_invalid_utf8(text);
-    if (clean.size() <= kEchoLimit) {
-        return clean;
-    }
-    // Cut on a code point boundary so the echo stays valid UTF-8.
-    std::size_t cut = kEchoLimit;
-    while (cut > 0 && (static_cast<unsigned char>(clean[cut]) & 0xC0) == 0x80) {
-        --cut;
-    }
-    return clean.substr(0, cut) + " (truncated)";
+    return bounded_utf8(text, kEchoLimit);
 }
 
 ResultProvenance provenance_of(const KindBinding& binding) {

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/utf8.hpp"
 #include "maf_sandbox/core/vocabulary.hpp"
 
 namespace maf_sandbox {
@@ -81,6 +82,38 @@ TEST(Vocabulary, UnknownStringsAreRefusedNamingTheAcceptedValues) {
         FAIL();
     } catch (const InvalidArgument& e) {
         EXPECT_NE(std::string(e.what()).find("unrestricted, allowlist, closed"), std::string::npos);
+    }
+}
+
+}  // namespace
+}  // namespace maf_sandbox
+
+namespace maf_sandbox {
+namespace {
+
+TEST(BoundedUtf8, QuotesShortValidTextUnchanged) {
+    EXPECT_EQ(bounded_utf8("héllo", 64), "héllo");
+}
+
+TEST(BoundedUtf8, CutsOnACodePointBoundaryAndSaysSo) {
+    // "é" is two bytes: a cut after 2 bytes of "aé" would split it, so it falls back to "a".
+    EXPECT_EQ(bounded_utf8("aéz", 2), "a (truncated)");
+    EXPECT_TRUE(is_valid_utf8(bounded_utf8(std::string(100, 'x') + "€€€", 101)));
+}
+
+TEST(BoundedUtf8, ReplacesInvalidBytesBeforeCutting) {
+    EXPECT_EQ(bounded_utf8("a\xff", 64), "a\xEF\xBF\xBD");
+}
+
+TEST(VocabularyRefusal, AHugeOrInvalidRefusedValueIsQuotedBoundedAndValidUtf8) {
+    try {
+        parse_egress(std::string(1 << 20, 'x') + "\xff");
+        FAIL() << "an unknown egress mode was accepted";
+    } catch (const InvalidArgument& e) {
+        const std::string message = e.what();
+        EXPECT_LT(message.size(), 400u);
+        EXPECT_TRUE(is_valid_utf8(message));
+        EXPECT_NE(message.find("(truncated)"), std::string::npos);
     }
 }
 
