@@ -102,6 +102,17 @@ void add_backend_options(CLI::App& command, BackendOptions& options) {
         "The endpoint is an acas-emulator: declare the rung it names (implied for loopback)");
 }
 
+local::LocalBackendConfig local_backend_config(std::optional<std::uint64_t> memory_bytes,
+                                               std::optional<std::uint64_t> pids,
+                                               std::optional<std::uint64_t> disk_bytes) {
+    local::LocalBackendConfig config;
+    config.memory_bytes = memory_bytes.value_or(config.memory_bytes);
+    config.pids = pids.value_or(config.pids);
+    config.disk_bytes = disk_bytes.value_or(config.disk_bytes);
+    config.egress_operator = runtime::EgressOperatorOptions::from_environment();
+    return config;
+}
+
 std::string default_image_for(const maf_sandbox::SandboxBackend& backend) {
     if (backend.name() != kAcas)
         return {};

@@ -2,10 +2,13 @@
 // here and then goes through a SandboxRouter, never around it.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "maf_sandbox/core/sandbox.hpp"
+#include "maf_sandbox/local/local_backend.hpp"
 
 namespace CLI {
 class App;
@@ -36,6 +39,12 @@ void add_backend_options(CLI::App& command, BackendOptions& options);
 
 std::shared_ptr<maf_sandbox::SandboxBackend> make_backend(const std::string& name,
                                                           const BackendOptions& options);
+
+// The local backend's config for the CLI's limit flags (unset: the backend's defaults), with the
+// egress operator switches from the environment (tests' hosts file; never from a spec).
+local::LocalBackendConfig local_backend_config(std::optional<std::uint64_t> memory_bytes,
+                                               std::optional<std::uint64_t> pids,
+                                               std::optional<std::uint64_t> disk_bytes);
 
 // The image a command should default to for `backend`: "host" for an acas backend in emulator
 // mode (the emulator's runtime image), "ubuntu" for the real service, empty otherwise.

@@ -7,16 +7,13 @@
 
 #include <spdlog/logger.h>
 
+#include "exit_status.hpp"
+
 namespace CLI {
 class App;
 }
 
 namespace maf_sandbox::cli {
-
-// Exit statuses shared by every command.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitRefused = 1;   // a policy refusal, a failed probe, a failed command
-inline constexpr int kExitBadInput = 2;  // bad flags, malformed JSON, unknown enum strings
 
 struct Context {
     std::shared_ptr<spdlog::logger> log;  // writes to stderr; stdout is for results only
@@ -30,5 +27,6 @@ void add_egress_command(CLI::App& app, Context& context);  // egress-log
 void add_images_command(CLI::App& app, Context& context);
 void add_local_commands(CLI::App& app, Context& context);  // run exec ls rm purge gc
 void add_mcp_command(CLI::App& app, Context& context);
+void add_pool_command(CLI::App& app, Context& context);  // the shared pool `run` takes from
 
 }  // namespace maf_sandbox::cli

@@ -12,6 +12,7 @@
 
 #include "backends.hpp"
 #include "cli.hpp"
+#include "exec_report.hpp"
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/router.hpp"
@@ -82,19 +83,8 @@ SandboxRouter router_for(std::shared_ptr<SandboxBackend> backend, const LocalOpt
 }
 
 local::LocalBackendConfig config_from(const LocalOptions& options) {
-    local::LocalBackendConfig config;
-    if (options.memory) {
-        config.memory_bytes = *options.memory;
-    }
-    if (options.pids) {
-        config.pids = *options.pids;
-    }
-    if (options.disk) {
-        config.disk_bytes = *options.disk;
-    }
+    auto config = local_backend_config(options.memory, options.pids, options.disk);
     config.default_max_output_bytes = options.max_output;
-    // Operator-only switches for tests (a hosts file, private addresses): never from a spec.
-    config.egress_operator = runtime::EgressOperatorOptions::from_environment();
     return config;
 }
 
@@ -177,17 +167,9 @@ int run_in(boost::asio::io_context& io, Sandbox& sandbox, const LocalOptions& op
     request.timeout = Seconds(options.timeout);
     request.max_output_bytes = options.max_output;
     try {
-        const auto result = run_blocking(io, sandbox.exec(request));
-        std::cout << result.stdout_bytes << std::flush;
-        std::cerr << result.stderr_bytes << std::flush;
-        return result.exit_code;
+        return report_exec(run_blocking(io, sandbox.exec(request)));
     } catch (const ExecOutputLimitExceeded& e) {
-        std::cout << e.stdout_head() << std::flush;
-        std::cerr << e.stderr_head();
-        const auto dropped = e.total_bytes() - e.stdout_head().size() - e.stderr_head().size();
-        std::cerr << fmt::format("\n[maf-sandbox: output over the {}-byte cap; {} bytes dropped]\n",
-                                 options.max_output, dropped);
-        return e.exit_code() >= 0 ? e.exit_code() : kExitRefused;
+        return report_output_limit(e, options.max_output);
     }
 }
 

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
     cli::add_images_command(app, context);
     cli::add_local_commands(app, context);
     cli::add_mcp_command(app, context);
+    cli::add_pool_command(app, context);
 
     try {
         app.parse(argc, argv);

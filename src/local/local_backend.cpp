@@ -15,6 +15,7 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/labels.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
+#include "maf_sandbox/local/warm_lookup.hpp"
 #include "maf_sandbox/runtime/gc.hpp"
 #include "maf_sandbox/runtime/images.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
@@ -30,29 +31,8 @@ using runtime::SandboxRecord;
 
 namespace {
 
-constexpr const char* kIdentityLabels[] = {"scope", "thread", "agent", "kind"};
-
-std::optional<runtime::SandboxHandle> handle_of(const SandboxRecord& record) {
-    if (record.supervisor.pid <= 0 || !record.runtime.contains("cgroup_paths") ||
-        !record.runtime.contains("socket")) {
-        return std::nullopt;
-    }
-    return runtime::SandboxHandle::from_runtime_json(record.supervisor.pid,
-                                                     record.supervisor.start_time, record.runtime);
-}
-
 bool alive(const SandboxRecord& record) {
-    const auto handle = handle_of(record);
-    return handle && runtime::sandbox_alive(*handle);
-}
-
-// The policy a record was created with: the runtime object's copy, else (records written before
-// the policy was stored) its egress fields.
-runtime::EgressPolicy held_policy(const SandboxRecord& record) {
-    if (const auto* stored = record.runtime.if_contains("egress_policy")) {
-        return runtime::EgressPolicy::from_json(*stored);
-    }
-    return runtime::EgressPolicy::make(record.egress, record.egress_allow);
+    return record_alive(record);
 }
 
 std::string describe(const runtime::EgressPolicy& policy) {
@@ -100,20 +80,7 @@ struct LocalBackend::Impl {
 
     // Tears one sandbox down and forgets it. Never throws; returns why it failed.
     std::optional<std::string> destroy(const SandboxRecord& record) {
-        try {
-            if (const auto handle = handle_of(record)) {
-                runtime::destroy_sandbox(*handle);
-            } else {
-                // A create that crashed before the supervisor was recorded: its supervisor may
-                // still run in cgroups the record does not name; gc's cleanup finds them by name
-                // and kills it.
-                runtime::remove_recorded_cgroups(record);
-            }
-            registry.remove(record.id);
-            return std::nullopt;
-        } catch (const std::exception& e) {
-            return e.what();
-        }
+        return destroy_recorded(registry, record);
     }
 
     std::shared_ptr<Sandbox> wrap(const runtime::SandboxHandle& handle,
@@ -125,36 +92,15 @@ struct LocalBackend::Impl {
     std::shared_ptr<Sandbox> acquire_blocking(const SandboxKey& key, const SandboxSpec& spec) {
         const auto labels = sandbox_labels(key, spec);
         const bool per_call = spec->isolation_scope == IsolationScope::call;
-        std::string lock_key;
-        for (const char* name : kIdentityLabels) {
-            lock_key += fmt::format("{}={};", name, labels.at(name));
-        }
-        lock_key += fmt::format("call={}", labels.count("call") ? labels.at("call") : "");
-        const auto mutex = key_mutex(lock_key);
+        const auto mutex = key_mutex(acquire_lock_name(labels));
         std::lock_guard in_process(*mutex);
-        const auto cross_process = registry.lock(lock_key);
+        const auto cross_process = registry.lock(acquire_lock_name(labels));
         const std::string work_dir = spec.work_dir_or_default();
         const std::string image = spec->image.value_or(config.default_image);
 
         if (!per_call) {
-            for (auto& record : registry.list()) {
-                bool same = true;
-                for (const char* name : kIdentityLabels) {
-                    const auto it = record.labels.find(name);
-                    same = same && it != record.labels.end() && it->second == labels.at(name);
-                }
-                const auto call = record.labels.find("call");
-                same = same && (labels.count("call") ? call != record.labels.end() &&
-                                                           call->second == labels.at("call")
-                                                     : call == record.labels.end());
-                if (!same) {
-                    continue;
-                }
-                if (!alive(record)) {
-                    destroy(record);  // lazy reconcile: expired or crashed
-                    continue;
-                }
-                const auto held = held_policy(record);
+            if (auto record = find_warm(registry, labels)) {
+                const auto held = held_egress_policy(*record);
                 const auto wanted = runtime::EgressPolicy::make(spec->egress, spec->egress_allow);
                 if (held != wanted) {
                     throw EgressPolicyConflict(fmt::format(
@@ -162,10 +108,10 @@ struct LocalBackend::Impl {
                         "{}; it is kept as it is: dispose it first or ask for the same egress",
                         describe(held), describe(wanted)));
                 }
-                record.last_used_at = runtime::Clock::now();
-                registry.update(record);
-                const auto work = record.runtime.if_contains("work_dir");
-                return wrap(*handle_of(record), work ? std::string(work->as_string()) : work_dir);
+                record->last_used_at = runtime::Clock::now();
+                registry.update(*record);
+                const auto work = record->runtime.if_contains("work_dir");
+                return wrap(*handle_of(*record), work ? std::string(work->as_string()) : work_dir);
             }
         }
         if (auto pooled = take_pooled(labels, spec, image, work_dir)) {
@@ -184,9 +130,7 @@ struct LocalBackend::Impl {
             return nullptr;
         }
         const auto signature = pool_signature(image, work_dir);
-        auto record = sandbox_pool.take(
-            signature, labels, [](const SandboxRecord& r) { return alive(r); },
-            [this](const SandboxRecord& r) { destroy(r); });
+        auto record = sandbox_pool.take(signature, labels);
         refill_pool(signature, spec, image, work_dir);
         if (!record) {
             return nullptr;
@@ -327,6 +271,55 @@ LocalBackend::~LocalBackend() {
 
 void LocalBackend::wait_for_pool() const {
     impl_->sandbox_pool.wait_idle();
+}
+
+std::string LocalBackend::pool_signature(const std::string& image) const {
+    SandboxSpecFields fields;
+    fields.kind = "pool";
+    return impl_->pool_signature(image, SandboxSpec(fields).work_dir_or_default());
+}
+
+std::size_t LocalBackend::fill_shared_pool(std::size_t size, const std::string& image) {
+    SandboxSpecFields fields;
+    fields.kind = "pool";
+    fields.image = image;
+    const SandboxSpec spec(fields);
+    const std::string work_dir = spec.work_dir_or_default();
+    const auto signature = impl_->pool_signature(image, work_dir);
+    const auto filler = impl_->registry.try_lock(std::string(kPoolLabel) + "-fill:" + signature);
+    if (!filler.held()) {
+        return 0;
+    }
+    const runtime::LabelSelector selector(SandboxPool::pool_labels(signature));
+    std::size_t made = 0;
+    for (;;) {
+        std::size_t pooled = 0;
+        for (const auto& record : impl_->registry.list(selector)) {
+            pooled += alive(record) ? 1 : 0;
+        }
+        if (pooled >= size) {
+            return made;
+        }
+        impl_->create(SandboxPool::pool_labels(signature), spec, image, work_dir);
+        ++made;
+    }
+}
+
+std::size_t LocalBackend::drain_shared_pool() {
+    std::size_t drained = 0;
+    for (const auto& record : impl_->registry.list()) {
+        const auto it = record.labels.find(kPoolLabel);
+        if (it == record.labels.end()) {
+            continue;
+        }
+        // Under the takers' lock, so a sandbox being taken right now is not destroyed under them.
+        const auto lock = impl_->registry.lock(std::string(kPoolLabel) + ":" + it->second);
+        const auto current = impl_->registry.get(record.id);
+        if (current && current->labels.count(kPoolLabel) > 0 && !impl_->destroy(*current)) {
+            ++drained;
+        }
+    }
+    return drained;
 }
 
 const fs::path& LocalBackend::state_dir() const noexcept {

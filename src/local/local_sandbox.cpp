@@ -5,6 +5,7 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/paths.hpp"
 #include "maf_sandbox/core/reclaim.hpp"
+#include "maf_sandbox/local/exec_outcome.hpp"
 #include "maf_sandbox/runtime/exec_protocol.hpp"
 #include "off_loop.hpp"
 
@@ -47,51 +48,11 @@ NoFollowStat LocalSandbox::no_follow_stat() const {
 }
 
 Task<ExecResult> LocalSandbox::exec(ExecRequest request) {
-    runtime::ExecCall call;
-    if (const auto* argv = std::get_if<Argv>(&request.command)) {
-        call.command = *argv;
-    } else {
-        call.command = std::get<std::string>(request.command);
-    }
-    call.cwd = resolve_working_directory(request.working_directory, base_);
-    call.env.assign(request.environment.begin(), request.environment.end());
-    call.stdin_bytes = std::move(request.stdin_bytes);
-    call.max_output_bytes = request.max_output_bytes.value_or(default_max_output_);
-    call.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(request.timeout);
-    if (call.timeout.count() <= 0) {
-        throw InvalidArgument("the exec's timeout must be positive");
-    }
+    const auto call = exec_call_for(std::move(request), base_, default_max_output_);
     auto work = [this, call] { return runtime::exec_in_sandbox(handle_, call); };
     auto task = off_loop(*pool_, std::move(work));
     const auto reply = co_await std::move(task);
-    if (reply.status == runtime::ExecStatus::timed_out) {
-        throw Timeout(
-            fmt::format("the command ran longer than its {:.3g} s timeout; its whole process tree "
-                        "was killed. Raise the timeout or make the command finish sooner",
-                        request.timeout.count()));
-    }
-    if (reply.status == runtime::ExecStatus::failed) {
-        throw Error(fmt::format("the sandbox could not run the command: {}", reply.message));
-    }
-    ExecResult result{reply.stdout_head, reply.stderr_head, reply.exit_code};
-    if (reply.oom_kills > 0) {
-        result.stderr_bytes +=
-            "\nmaf-sandbox: the sandbox's memory limit was reached and the kernel killed "
-            "the program (out of memory)\n";
-    }
-    if (reply.truncated()) {
-        const auto total = reply.stdout_total + reply.stderr_total;
-        throw ExecOutputLimitExceeded(
-            fmt::format(
-                "the command wrote {} bytes (stdout {}, stderr {}), more than the {}-byte cap per "
-                "stream; the head is kept and {} bytes were dropped. Raise max_output_bytes or "
-                "write "
-                "large output to a file",
-                total, reply.stdout_total, reply.stderr_total, call.max_output_bytes,
-                total - reply.stdout_head.size() - reply.stderr_head.size()),
-            result.stdout_bytes, result.stderr_bytes, total, reply.exit_code);
-    }
-    co_return result;
+    co_return exec_result_of(reply, call);
 }
 
 Task<ExecResult> LocalSandbox::run_code(std::string, Seconds) {
@@ -110,7 +71,9 @@ Task<void> LocalSandbox::write_file(std::string path, std::string content,
                         path, content.size(), files_in_.max_bytes_per_file));
     }
     auto bytes = std::make_shared<std::string>(std::move(content));
-    auto work = [this, resolved, bytes] { guest_fs().write(resolved, *bytes); };
+    // Moved, not copied, so the last owner of the bytes is the pool-side work: a large buffer is
+    // released there, off the caller's path.
+    auto work = [this, resolved, bytes = std::move(bytes)] { guest_fs().write(resolved, *bytes); };
     auto task = off_loop(*pool_, std::move(work));
     co_await std::move(task);
 }

@@ -29,27 +29,13 @@ std::map<std::string, std::string> SandboxPool::pool_labels(const std::string& s
 }
 
 std::optional<runtime::SandboxRecord> SandboxPool::take(
-    const std::string& signature, const std::map<std::string, std::string>& labels,
-    const std::function<bool(const runtime::SandboxRecord&)>& alive,
-    const std::function<void(const runtime::SandboxRecord&)>& destroy) {
-    const auto lock = registry_.lock(std::string(kPoolLabel) + ":" + signature);
-    const runtime::LabelSelector selector(pool_labels(signature));
-    for (auto& record : registry_.list(selector)) {
-        if (record.state != runtime::SandboxState::running) {
-            continue;  // still being made by a refill
-        }
-        if (!alive(record)) {
-            destroy(record);  // expired while pooled, or crashed
-            continue;
-        }
-        record.labels = labels;
-        record.last_used_at = runtime::Clock::now();
-        registry_.update(record);
+    const std::string& signature, const std::map<std::string, std::string>& labels) {
+    auto record = take_pooled(registry_, signature, labels);
+    if (record) {
         std::lock_guard guard(mutex_);
-        made_.erase(record.id);
-        return record;
+        made_.erase(record->id);
     }
-    return std::nullopt;
+    return record;
 }
 
 std::size_t SandboxPool::ready_count(const std::string& signature) const {

@@ -12,7 +12,6 @@
 
 #include <condition_variable>
 #include <cstddef>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -20,11 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "maf_sandbox/local/warm_lookup.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
 
 namespace maf_sandbox::local {
-
-inline constexpr const char* kPoolLabel = "maf-pool";
 
 class SandboxPool {
   public:
@@ -35,12 +33,10 @@ class SandboxPool {
     // A stable short name (16 hex digits) for everything a pooled sandbox fixes at creation.
     static std::string signature(const std::vector<std::string>& parts);
 
-    // Takes a live pooled sandbox of `signature`, relabelled with `labels`; nullopt when there is
-    // none. Dead ones met on the way are handed to `destroy`.
-    std::optional<runtime::SandboxRecord> take(
-        const std::string& signature, const std::map<std::string, std::string>& labels,
-        const std::function<bool(const runtime::SandboxRecord&)>& alive,
-        const std::function<void(const runtime::SandboxRecord&)>& destroy);
+    // Takes a live pooled sandbox of `signature`, relabelled with `labels` (take_pooled); nullopt
+    // when there is none.
+    std::optional<runtime::SandboxRecord> take(const std::string& signature,
+                                               const std::map<std::string, std::string>& labels);
 
     // How many more sandboxes `signature` needs to be full, counting refills in flight; the
     // caller then creates that many (labelled pool_labels(signature)) and calls created() for

@@ -134,8 +134,15 @@ std::vector<pid_t> read_procs(const fs::path& dir) {
 
 void write_file(const fs::path& file, std::string_view value) {
     UniqueFd fd(::open(file.c_str(), O_WRONLY | O_CLOEXEC));
-    if (!fd ||
-        ::write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
+    ssize_t written = -1;
+    if (fd) {
+        // A limit write may reclaim memory, which gives up with EINTR when a signal arrives
+        // (a child's SIGCHLD, a debugger): the write is simply repeated.
+        do {
+            written = ::write(fd.get(), value.data(), value.size());
+        } while (written < 0 && errno == EINTR);
+    }
+    if (!fd || written != static_cast<ssize_t>(value.size())) {
         throw SystemError(errno, fmt::format("writing '{}' to {}", value, file.string()),
                           "run as root, or delegate a cgroup subtree to this user");
     }
@@ -227,10 +234,10 @@ ExecCgroupParent::Child ExecCgroupParent::make_child(const std::string& name) co
         if (!dir) {
             throw SystemError(errno, fmt::format("opening the exec cgroup {}", name));
         }
-        UniqueFd proc(::openat(dir.get(), "cgroup.procs", O_WRONLY | O_CLOEXEC));
+        const char* join = layout_ == CgroupLayout::v1 ? kV1SelfJoinFile : "cgroup.procs";
+        UniqueFd proc(::openat(dir.get(), join, O_WRONLY | O_CLOEXEC));
         if (!proc) {
-            throw SystemError(errno,
-                              fmt::format("opening cgroup.procs of the exec cgroup {}", name));
+            throw SystemError(errno, fmt::format("opening {} of the exec cgroup {}", join, name));
         }
         dirs.push_back(std::move(dir));
         procs.push_back(std::move(proc));
@@ -256,6 +263,7 @@ void ExecCgroupParent::remove_empty_children() const {
 }
 
 bool ExecCgroupParent::Child::join_self() const noexcept {
+    // Only ever called by a freshly forked, single-threaded child (see kV1SelfJoinFile).
     bool ok = true;
     for (const auto& proc : procs_) {
         ok = ::write(proc.get(), "0", 1) == 1 && ok;

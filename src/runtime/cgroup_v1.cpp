@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -74,7 +75,7 @@ class CgroupV1 final : public SandboxCgroup {
     std::vector<fs::path> join_files() const override {
         std::vector<fs::path> files;
         for (const auto& path : paths_) {
-            files.push_back(path / "cgroup.procs");
+            files.push_back(path / kV1SelfJoinFile);
         }
         return files;
     }
@@ -108,10 +109,7 @@ class CgroupV1 final : public SandboxCgroup {
         // (perf) Polled with a backoff from 100 us: killed processes usually leave the cgroup in
         // well under a millisecond, and disposal waits on this. Still about 5 s in all.
         const auto deadline = std::chrono::steady_clock::now() + 5s;
-        for (int round = 0; std::chrono::steady_clock::now() < deadline; ++round) {
-            if (freezer) {
-                try_write(*freezer / "freezer.state", "FROZEN");
-            }
+        const auto signal_all = [&] {
             bool any = false;
             for (const auto& top : paths_) {
                 std::vector<fs::path> dirs;
@@ -123,6 +121,21 @@ class CgroupV1 final : public SandboxCgroup {
                     }
                 }
             }
+            return any;
+        };
+        for (int round = 0; std::chrono::steady_clock::now() < deadline; ++round) {
+            // (perf) Looked at unfrozen first: nothing can join an empty sandbox cgroup by
+            // itself, so an empty one (PID 1 already ended its namespace, destroy_sandbox) needs
+            // no freezer round, whose freeze and thaw each patch kernel code on every CPU.
+            if (!any_process()) {
+                return;
+            }
+            // Freezing first means nothing in the tree can fork between reading the list and
+            // the kill.
+            if (freezer) {
+                try_write(*freezer / "freezer.state", "FROZEN");
+            }
+            const bool any = signal_all();
             if (freezer) {
                 try_write(*freezer / "freezer.state", "THAWED");
             }
@@ -197,6 +210,19 @@ class CgroupV1 final : public SandboxCgroup {
     }
 
   private:
+    bool any_process() const {
+        for (const auto& top : paths_) {
+            std::vector<fs::path> dirs;
+            post_order(top, dirs);
+            for (const auto& dir : dirs) {
+                if (!read_procs(dir).empty()) {
+                    return true;
+                }
+            }
+        }
+        return false;
+    }
+
     static void try_write(const fs::path& file, std::string_view value) {
         try {
             write_file(file, value);
@@ -270,7 +296,12 @@ std::unique_ptr<SandboxCgroup> create_v1(std::string_view name, const CgroupLimi
             } else if (controller == "cpu" && limits.cpus > 0) {
                 const auto quota =
                     static_cast<std::uint64_t>(std::llround(limits.cpus * kCfsPeriodUs));
-                write_file(dir / "cpu.cfs_period_us", std::to_string(kCfsPeriodUs));
+                // (perf) A new cgroup starts at the default period, and each write re-applies
+                // the bandwidth across the task-group tree: write the period only if it differs.
+                const auto period = read_small_file(dir / "cpu.cfs_period_us");
+                if (!period || std::strtoull(period->c_str(), nullptr, 10) != kCfsPeriodUs) {
+                    write_file(dir / "cpu.cfs_period_us", std::to_string(kCfsPeriodUs));
+                }
                 write_file(dir / "cpu.cfs_quota_us",
                            std::to_string(std::max<std::uint64_t>(quota, 1000)));
             }

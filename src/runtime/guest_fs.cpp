@@ -3,12 +3,15 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include "fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
@@ -177,10 +180,46 @@ UniqueFd open_dir(int root, const std::vector<std::string>& parts, std::size_t c
     throw_for(-fd, guest(parts, count), doing);
 }
 
-std::string read_all(int fd, const std::string& path, std::uint64_t max_bytes,
+// One read(2): large enough that syscalls are a rounding error, small enough that the bytes are
+// still in the L2 cache when they are appended.
+constexpr std::size_t kReadChunk = 256u << 10;
+constexpr std::size_t kSmallReadChunk = 16u << 10;
+
+// A fault per 4 KiB page of the destination costs about as much as copying the page (more on a
+// VM), so a large read asks for transparent huge pages on the part of its buffer they can cover:
+// 512 times fewer faults. Advice only: where THP is off the call fails or does nothing, and the
+// read is as before. Only from 32 MiB (glibc's largest dynamic mmap threshold), where malloc maps a
+// buffer on its own by default, so the advice goes away with the buffer instead of staying on the
+// shared heap.
+constexpr std::size_t kHugePage = 2u << 20;
+constexpr std::size_t kHugePagesFrom = 32u << 20;
+
+void advise_huge_pages(char* data, std::size_t size) {
+    if (size < kHugePagesFrom) {
+        return;
+    }
+    const auto begin = reinterpret_cast<std::uintptr_t>(data);
+    const auto first = (begin + kHugePage - 1) & ~std::uintptr_t{kHugePage - 1};
+    const auto last = (begin + size) & ~std::uintptr_t{kHugePage - 1};
+    if (last > first) {
+        ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+    }
+}
+
+// Reads to end of file into a string reserved for `expected_size` (the size checked at open, never
+// more than the cap), so a file that does not change is read without reallocation; one that grows
+// or shrinks meanwhile is still read correctly, up to the cap. The bytes go through a small
+// cache-resident buffer rather than straight into the string because a C++20 string cannot be sized
+// without zero-filling it first (resize_and_overwrite is C++23), and that fill is one more pass
+// over all of memory.
+std::string read_all(int fd, const std::string& path, std::uint64_t expected_size,
+                     std::uint64_t max_bytes,
                      std::optional<std::chrono::steady_clock::time_point> deadline) {
     std::string content;
-    char buffer[1 << 16];
+    content.reserve(static_cast<std::size_t>(std::min(expected_size, max_bytes)));
+    advise_huge_pages(content.data(), content.capacity());
+    const std::size_t chunk = expected_size < kSmallReadChunk ? kSmallReadChunk : kReadChunk;
+    const auto buffer = std::make_unique_for_overwrite<char[]>(chunk);
     for (;;) {
         if (deadline && std::chrono::steady_clock::now() >= *deadline) {
             throw Timeout(
@@ -188,7 +227,7 @@ std::string read_all(int fd, const std::string& path, std::uint64_t max_bytes,
                             "a longer timeout",
                             path));
         }
-        const ssize_t got = ::read(fd, buffer, sizeof buffer);
+        const ssize_t got = ::read(fd, buffer.get(), chunk);
         if (got < 0) {
             if (errno == EINTR) {
                 continue;
@@ -204,7 +243,7 @@ std::string read_all(int fd, const std::string& path, std::uint64_t max_bytes,
                 "raise max_bytes or read it when it is finished",
                 path, max_bytes));
         }
-        content.append(buffer, static_cast<std::size_t>(got));
+        content.append(buffer.get(), static_cast<std::size_t>(got));
     }
 }
 
@@ -294,7 +333,8 @@ std::string GuestFs::read(std::string_view guest_path, std::uint64_t max_bytes,
         throw ConfinementEscape(
             fmt::format("'{}' changed while it was opened; refused, retry", path));
     }
-    return read_all(file.get(), path, max_bytes, deadline);
+    return read_all(file.get(), path, static_cast<std::uint64_t>(again.st_size), max_bytes,
+                    deadline);
 }
 
 std::vector<GuestEntry> GuestFs::list(std::string_view guest_path) const {

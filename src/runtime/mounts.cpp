@@ -166,7 +166,10 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
         for (const auto& lower : plan.lower_dirs) {
             lowers += (lowers.empty() ? "" : ":") + lower.string();
         }
-        root = sandbox_dir / "root";
+        // (perf) The mount point is in the layer's tmpfs, not in the sandbox directory: one
+        // directory fewer to make and remove on the host's file system per sandbox (on the ext4
+        // here, mounted with `discard`, each rmdir of a directory waits about 4 ms).
+        root = layer / "root";
         ::mkdir(root.c_str(), 0755);
         do_mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV,
                  fmt::format("lowerdir={},upperdir={},workdir={}", lowers, upper.string(),

@@ -419,11 +419,15 @@ std::string Registry::new_id() {
     return detail::random_hex(16);
 }
 
-void Registry::validate_id(std::string_view id) {
+bool Registry::is_id(std::string_view id) noexcept {
     const bool hex = std::all_of(id.begin(), id.end(), [](char c) {
         return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
     });
-    if (!hex || id.size() < 16 || id.size() > 64) {
+    return hex && id.size() >= 16 && id.size() <= 64;
+}
+
+void Registry::validate_id(std::string_view id) {
+    if (!is_id(id)) {
         throw InvalidArgument(fmt::format(
             "'{}' is not a sandbox id (16 to 64 lowercase hex digits); list ids with `maf-sandbox "
             "ls`",
@@ -512,10 +516,9 @@ std::vector<SandboxRecord> Registry::list(const LabelSelector& selector) const {
     std::vector<SandboxRecord> records;
     std::error_code error;
     for (const auto& entry : fs::directory_iterator(state_dir_ / "sandboxes", error)) {
+        // Not an exception per stray entry: this runs on every warm exec.
         const auto name = entry.path().filename().string();
-        try {
-            validate_id(name);
-        } catch (const InvalidArgument&) {
+        if (!is_id(name)) {
             continue;
         }
         if (auto record = get(name); record && selector.matches(record->labels)) {

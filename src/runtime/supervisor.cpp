@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -228,6 +229,10 @@ void report(std::string_view line) {
     ::sigprocmask(SIG_BLOCK, &mask, nullptr);
     ::signal(SIGPIPE, SIG_IGN);
     UniqueFd signals(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+    // (density) Heap pages freed since start-up (the parsed config, the root's plan) go back to
+    // the kernel before the spare handler and its guest are forked from us: about 50 KiB less per
+    // idle sandbox (bench `density`).
+    ::malloc_trim(0);
 
     const auto started = Clock::now();
     auto last_activity = started;
@@ -247,8 +252,11 @@ void report(std::string_view line) {
     ::fcntl(accepted.get(), F_SETFL, O_NONBLOCK);
     pid_t spare = -1;
     auto spare_forked_at = Clock::now() - std::chrono::seconds(1);
-    // The host is told "ready" once the first spare has prepared its guest process (byte 'p'),
-    // so the sandbox's first exec does not wait for that.
+    // (perf) The host is told "ready" as soon as the first spare is forked, not once it has
+    // prepared its guest process (byte 'p'): the host's remaining work (its record, returning to
+    // the caller, the first request) then overlaps the preparation, which the first exec waits
+    // for in accept only if it is not done by then, and a create that is disposed unused never
+    // waits for it at all.
     bool ready_reported = false;
     const auto report_ready = [&] {
         if (!ready_reported) {
@@ -276,6 +284,8 @@ void report(std::string_view line) {
         }
     };
 
+    fork_spare();
+    report_ready();
     for (;;) {
         const auto now = Clock::now();
         std::optional<Clock::time_point> wake;
@@ -380,7 +390,7 @@ void report(std::string_view line) {
         network.start_inside();
         // Guest processes of the same uid must not read our memory or descriptors.
         ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        // "ready" is reported by run_pid1 once the first exec's guest process is prepared.
+        // "ready" is reported by run_pid1 once the first exec's spare handler is forked.
         run_pid1(config, listener, cgroups, seccomp);
     } catch (const std::exception& e) {
         report(fmt::format("error: {}", e.what()));

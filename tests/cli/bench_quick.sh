@@ -25,6 +25,10 @@ for name in expected:
     assert "ratio_p50" in scenarios[name], name
 churn = scenarios["churn_create_dispose"]
 assert churn["cycles_per_s"] > 0 and all(v == 0 for v in churn["leaked"].values()), churn["leaked"]
+density = scenarios["density"]
+assert density["created"] == density["sandboxes"] > 0, density.get("stopped_by")
+assert all(v == 0 for v in density["leaked"].values()), density["leaked"]
+assert density["mib_per_sandbox_pss"] > 0 and density["processes_per_sandbox"] > 0, density
 for label in ("3KiB", "32MiB"):
     assert scenarios["file_write_read_" + label]["checksum_ok"] is True, label
 print(f"bench --quick: {len(scenarios)} scenarios in {doc['duration_s']:.1f} s")

@@ -112,6 +112,18 @@ TEST_F(GuestFsTest, ReadReturnsTheBytesOfARegularFile) {
     EXPECT_EQ(fs_().read("/./x/../data.bin", 6), binary);
 }
 
+TEST_F(GuestFsTest, ReadOfALargeFileReturnsEveryByteInOrder) {
+    // Many read chunks, an odd tail, and large enough for the huge-page path.
+    std::string large((32u << 20) + 7, '\0');
+    for (std::size_t i = 0; i < large.size(); ++i) {
+        large[i] = static_cast<char>((i * 2654435761u) >> 13);
+    }
+    put(root / "large.bin", large);
+    const auto back = fs_().read("/large.bin", large.size());
+    ASSERT_EQ(back.size(), large.size());
+    EXPECT_TRUE(back == large);
+}
+
 TEST_F(GuestFsTest, ReadRefusesAFinalLinkInsteadOfFollowingIt) {
     fs::create_symlink(outside / "secret.txt", root / "link");
     try {

@@ -95,6 +95,19 @@ class LocalBackend final : public SandboxBackend {
     // Blocks until no pool refill is in flight (benchmarks and tests measuring a full pool).
     void wait_for_pool() const;
 
+    // (perf) The shared pool, `maf-sandbox pool`: pre-built sandboxes that outlive this backend and
+    // serve every process of the state directory (the CLI's one-shot `run` takes one instead of
+    // launching). The signature of closed-egress sandboxes of `image` in the default work
+    // directory with this backend's limits.
+    std::string pool_signature(const std::string& image) const;
+    // Creates such sandboxes until `size` live ones are pooled, one filler per
+    // signature at a time across processes (another filler at work: returns 0 at once). Returns
+    // how many it made. Throws what acquire throws for a create (an unknown image, a limit this
+    // host cannot enforce).
+    std::size_t fill_shared_pool(std::size_t size, const std::string& image);
+    // Destroys every pooled sandbox of this state directory nobody has taken; returns how many.
+    std::size_t drain_shared_pool();
+
   private:
     struct Impl;
     std::shared_ptr<Impl> impl_;

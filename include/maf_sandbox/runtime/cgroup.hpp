@@ -27,6 +27,13 @@ enum class CgroupLayout { v1, v2 };
 
 // Where the cgroup filesystems live; tests never change it, other hosts might.
 inline constexpr const char* kCgroupRoot = "/sys/fs/cgroup";
+// (perf) How a new process joins a v1 cgroup: "0" written to `tasks` moves the writing thread
+// alone, which the kernel does under cgroup_mutex only; the same write to cgroup.procs moves a
+// whole thread group and takes the global cgroup_threadgroup_rwsem for writing, whose first
+// writer after a quiet spell waits out an RCU grace period (3-13 ms measured here, one or more per
+// sandbox launch). For a single-threaded process, which every joiner here is (a child fresh from
+// fork), both leave the same process in the same cgroup.
+inline constexpr const char* kV1SelfJoinFile = "tasks";
 
 // Throws SystemError when /sys/fs/cgroup is neither a tmpfs of v1 hierarchies nor cgroup2.
 CgroupLayout detect_cgroup_layout();
@@ -58,7 +65,8 @@ class SandboxCgroup {
     virtual CgroupLayout layout() const = 0;
     // Every directory this sandbox owns, for the record (removed by destroy or gc).
     virtual std::vector<std::filesystem::path> paths() const = 0;
-    // The cgroup.procs files a new process writes "0" into to join the sandbox.
+    // The files a new single-threaded process writes "0" into to join the sandbox (v1: tasks, see
+    // kV1SelfJoinFile; v2: cgroup.procs).
     virtual std::vector<std::filesystem::path> join_files() const = 0;
     // The directories the supervisor creates per-exec children in.
     virtual std::vector<std::filesystem::path> delegated_dirs() const = 0;
@@ -104,7 +112,8 @@ class ExecCgroupParent {
               name_(std::move(name)),
               parent_dirs_(std::move(parent_dirs)) {}
 
-        // Async-signal-safe: writes "0" to each cgroup.procs (for a freshly forked child).
+        // Async-signal-safe: writes "0" to each join file (for a freshly forked, single-threaded
+        // child: v1 tasks, v2 cgroup.procs).
         bool join_self() const noexcept;
         // Kills every process in the child cgroup (freeze, SIGKILL each, thaw, repeat) until it is
         // empty or `max_rounds` rounds passed. Returns true when empty.

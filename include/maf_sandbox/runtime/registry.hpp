@@ -141,7 +141,9 @@ class Registry {
 
     // 32 random lowercase hex digits from the kernel's random source.
     static std::string new_id();
-    // Throws InvalidArgument unless `id` is 16 to 64 lowercase hex digits.
+    // True when `id` is 16 to 64 lowercase hex digits.
+    static bool is_id(std::string_view id) noexcept;
+    // Throws InvalidArgument unless is_id(id).
     static void validate_id(std::string_view id);
 
     // <state>/sandboxes/<id> (validated id); the runtime keeps its per-sandbox files here.

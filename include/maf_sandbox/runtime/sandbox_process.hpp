@@ -62,8 +62,10 @@ struct SandboxHandle {
                                            const boost::json::object& runtime);
 };
 
-// Starts the supervisor fully detached (double fork, own session and process group, already in
-// the sandbox's cgroups) and waits until it reports ready. On any failure everything made so far
+// Starts the supervisor detached (own session and process group, already in the sandbox's
+// cgroups; its host-side half is reaped here, and the sandbox's PID 1 belongs to init) and waits
+// until it reports ready (PID 1 serving; the first exec's guest process may still be in
+// preparation). On any failure everything made so far
 // is removed. Throws SandboxCapabilityNotSupported when a limit cannot be enforced here,
 // SystemError when the kernel refuses a step (the message carries the supervisor's reason).
 SandboxHandle launch_sandbox(const SandboxLaunch& launch);
@@ -71,8 +73,9 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch);
 // True while the supervisor runs (pid exists, is not a zombie, start time matches).
 bool sandbox_alive(const SandboxHandle& handle);
 
-// Kills every process of the sandbox (cgroup), waits for its PID 1 to end, removes the cgroups
-// and the sandbox directory. Idempotent. Throws SystemError when something could not be removed.
+// Kills the sandbox's PID 1 (and with it its PID namespace) and waits for it to end, then kills
+// whatever else is in its cgroups, removes the cgroups and the sandbox directory. Idempotent.
+// Throws SystemError when something could not be removed.
 void destroy_sandbox(const SandboxHandle& handle);
 
 // /proc/<pid>/root opened O_PATH: a directory fd on the sandbox's root, for GuestFs. Throws

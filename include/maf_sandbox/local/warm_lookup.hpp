@@ -1,0 +1,58 @@
+// Finding the live sandbox of a key in the registry. LocalBackend and the CLI's lean front end
+// both use this, so they serialise on the same cross-process lock and agree on which sandbox
+// belongs to a key.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "maf_sandbox/runtime/egress.hpp"
+#include "maf_sandbox/runtime/registry.hpp"
+#include "maf_sandbox/runtime/sandbox_process.hpp"
+
+namespace maf_sandbox::local {
+
+using Labels = std::map<std::string, std::string>;
+
+// Pre-built sandboxes are records labelled maf-pool=<signature> (and nothing else).
+inline constexpr const char* kPoolLabel = "maf-pool";
+
+// The registry lock that serialises get-or-create for one key and kind (labels from
+// sandbox_labels: scope, thread, agent, kind and, when set, call).
+std::string acquire_lock_name(const Labels& labels);
+
+// True when a record carries the same identity labels (scope, thread, agent, kind, call; a record
+// with a call label never matches labels without one, and the other way round).
+bool same_identity(const Labels& record_labels, const Labels& wanted);
+
+// How to reach a recorded sandbox; nullopt for a record whose create never finished.
+std::optional<runtime::SandboxHandle> handle_of(const runtime::SandboxRecord& record);
+bool record_alive(const runtime::SandboxRecord& record);
+
+// The egress policy a record was created with (records written before the policy was stored:
+// their egress fields).
+runtime::EgressPolicy held_egress_policy(const runtime::SandboxRecord& record);
+
+// Tears one sandbox down and forgets it. Never throws; returns why it failed.
+std::optional<std::string> destroy_recorded(runtime::Registry& registry,
+                                            const runtime::SandboxRecord& record);
+
+// Ends every guest process of a sandbox now: SIGKILL to its PID 1 (checked by start time), which
+// takes its whole PID namespace with it. Processes a sandbox runs outside that namespace (the
+// egress proxy, slirp4netns) and the cgroups, mounts and directory stay for destroy_recorded.
+// False when the supervisor was already gone.
+bool kill_recorded(const runtime::SandboxRecord& record);
+
+// The live sandbox with these identity labels, if any. Dead or expired ones met on the way are
+// destroyed (lazy reconcile). Call it holding registry.lock(acquire_lock_name(labels)).
+std::optional<runtime::SandboxRecord> find_warm(runtime::Registry& registry, const Labels& labels);
+
+// Takes a live pooled sandbox of `signature` and relabels it with `labels`, under the pool's
+// registry lock, so two processes never take the same one; nullopt when there is none. Dead ones
+// met on the way are destroyed.
+std::optional<runtime::SandboxRecord> take_pooled(runtime::Registry& registry,
+                                                  const std::string& signature,
+                                                  const Labels& labels);
+
+}  // namespace maf_sandbox::local

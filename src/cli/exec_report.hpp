@@ -1,0 +1,17 @@
+// How every command prints an exec's outcome: stdout and stderr pass through byte for byte; past
+// the output cap, the heads and then a marker on stderr naming how many bytes were dropped.
+#pragma once
+
+#include <cstdint>
+
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/types.hpp"
+
+namespace maf_sandbox::cli {
+
+// Returns the command's exit status.
+int report_exec(const ExecResult& result);
+// Returns the command's exit status, or kExitRefused when it was killed before it exited.
+int report_output_limit(const ExecOutputLimitExceeded& error, std::uint64_t cap);
+
+}  // namespace maf_sandbox::cli

@@ -1,0 +1,136 @@
+#include "fast_paths.hpp"
+
+#include <cstdio>
+#include <random>
+
+#include "../exec_report.hpp"
+#include "../exit_status.hpp"
+#include "full_cli.hpp"
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/labels.hpp"
+#include "maf_sandbox/core/vocabulary.hpp"
+#include "maf_sandbox/local/exec_outcome.hpp"
+#include "maf_sandbox/local/shared_pool.hpp"
+#include "maf_sandbox/local/warm_lookup.hpp"
+#include "maf_sandbox/runtime/registry.hpp"
+#include "maf_sandbox/runtime/sandbox_process.hpp"
+
+namespace maf_sandbox::cli::lean {
+
+namespace {
+
+// The router's check, made here only to decide: a floor above container (the default, microvm)
+// or a misspelt one is the full CLI's to refuse.
+bool floor_allows_local(const LeanArgs& args) {
+    try {
+        return meets_floor(Isolation::container, parse_isolation(args.floor));
+    } catch (const InvalidArgument&) {
+        return false;
+    }
+}
+
+std::string work_dir_of(const runtime::SandboxRecord& record, const SandboxSpec& spec) {
+    const auto* work = record.runtime.if_contains("work_dir");
+    return work != nullptr ? std::string(work->as_string()) : spec.work_dir_or_default();
+}
+
+// Runs the command in the sandbox and prints it as every command does.
+int exec_in(const runtime::SandboxHandle& handle, const std::string& work_dir,
+            const LeanArgs& args) {
+    ExecRequest request;
+    request.command = args.argv;
+    request.timeout = Seconds(args.timeout);
+    request.max_output_bytes = args.max_output;
+    const auto call = local::exec_call_for(std::move(request), work_dir, args.max_output);
+    try {
+        return report_exec(local::exec_result_of(runtime::exec_in_sandbox(handle, call), call));
+    } catch (const ExecOutputLimitExceeded& e) {
+        return report_output_limit(e, args.max_output);
+    }
+}
+
+std::string random_thread() {
+    std::random_device device;
+    char name[32];
+    std::snprintf(name, sizeof name, "run-%08x%08x", device(), device());
+    return name;
+}
+
+bool same_limits(const LeanArgs& args, const local::SharedPoolSettings& pool) {
+    return args.image == pool.image && args.memory == pool.memory_bytes && args.pids == pool.pids &&
+           args.disk == pool.disk_bytes;
+}
+
+}  // namespace
+
+std::optional<int> warm_exec(const LeanArgs& args) {
+    if (!floor_allows_local(args)) {
+        return std::nullopt;
+    }
+    SandboxSpecFields fields;
+    fields.kind = args.kind;
+    fields.image = args.image;
+    fields.requires_capabilities = {Capability::exec};
+    const SandboxSpec spec(fields);
+    const auto labels = sandbox_labels({args.scope, args.thread, args.agent, ""}, spec);
+    runtime::Registry registry(runtime::default_state_dir());
+    std::optional<runtime::SandboxRecord> record;
+    {
+        const auto lock = registry.lock(local::acquire_lock_name(labels));
+        record = local::find_warm(registry, labels);
+        if (!record ||
+            local::held_egress_policy(*record) != runtime::EgressPolicy::make(Egress::closed, {})) {
+            return std::nullopt;  // to be created, or an egress conflict the full CLI reports
+        }
+        record->last_used_at = runtime::Clock::now();
+        registry.update(*record);
+    }
+    return exec_in(*local::handle_of(*record), work_dir_of(*record, spec), args);
+}
+
+std::optional<int> pooled_run(const LeanArgs& args) {
+    if (!floor_allows_local(args)) {
+        return std::nullopt;
+    }
+    runtime::Registry registry(runtime::default_state_dir());
+    const auto pool = local::read_shared_pool(registry.state_dir());
+    if (!pool || !same_limits(args, *pool)) {
+        return std::nullopt;
+    }
+    SandboxSpecFields fields;
+    fields.kind = "run";
+    fields.image = args.image;
+    fields.isolation_scope = IsolationScope::call;
+    fields.requires_capabilities = {Capability::exec, Capability::files_in};
+    const SandboxSpec spec(fields);
+    const auto labels = sandbox_labels({"cli", random_thread(), args.agent, "run"}, spec);
+
+    const auto taken = local::take_pooled(registry, pool->signature, labels);
+    if (!taken) {
+        spawn_full_cli_detached({"pool", "fill"});
+        return std::nullopt;
+    }
+    // Disposal in two halves: every guest process is killed before `run` returns; the cgroups,
+    // mounts, directory and record, which no guest code can use any more, are removed by the
+    // detached filler before it tops the pool up (synchronously here if it cannot start).
+    const auto dispose = [&] {
+        local::kill_recorded(*taken);
+        if (!spawn_full_cli_detached({"pool", "fill", "--reap", taken->id})) {
+            if (const auto failure = local::destroy_recorded(registry, *taken)) {
+                std::fprintf(stderr, "warning: disposing the run's sandbox: %s\n",
+                             failure->c_str());
+            }
+        }
+    };
+    int status = kExitRefused;
+    try {
+        status = exec_in(*local::handle_of(*taken), work_dir_of(*taken, spec), args);
+    } catch (...) {
+        dispose();
+        throw;
+    }
+    dispose();
+    return status;
+}
+
+}  // namespace maf_sandbox::cli::lean
