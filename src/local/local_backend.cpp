@@ -108,8 +108,7 @@ struct LocalBackend::Impl {
                         "{}; it is kept as it is: dispose it first or ask for the same egress",
                         describe(held), describe(wanted)));
                 }
-                record->last_used_at = runtime::Clock::now();
-                registry.update(*record);
+                note_use(registry, *record);
                 const auto work = record->runtime.if_contains("work_dir");
                 return wrap(*handle_of(*record), work ? std::string(work->as_string()) : work_dir);
             }

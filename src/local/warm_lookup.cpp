@@ -97,6 +97,15 @@ bool kill_recorded(const runtime::SandboxRecord& record) {
     return ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0) == 0;
 }
 
+void note_use(runtime::Registry& registry, runtime::SandboxRecord& record) {
+    const auto now = runtime::Clock::now();
+    if (now - record.last_used_at < std::chrono::minutes(1) && now >= record.last_used_at) {
+        return;
+    }
+    record.last_used_at = now;
+    registry.update(record);
+}
+
 std::optional<runtime::SandboxRecord> find_warm(runtime::Registry& registry, const Labels& labels) {
     for (auto& record : registry.list()) {
         if (!same_identity(record.labels, labels)) {
@@ -107,6 +116,16 @@ std::optional<runtime::SandboxRecord> find_warm(runtime::Registry& registry, con
             continue;
         }
         return record;
+    }
+    return std::nullopt;
+}
+
+std::optional<runtime::SandboxRecord> find_live(const runtime::Registry& registry,
+                                                const Labels& labels) {
+    for (auto& record : registry.list()) {
+        if (same_identity(record.labels, labels) && record_alive(record)) {
+            return record;
+        }
     }
     return std::nullopt;
 }

@@ -246,7 +246,19 @@ ExecCgroupParent::Child ExecCgroupParent::make_child(const std::string& name) co
     return Child(layout_, std::move(dirs), std::move(procs), name, std::move(parents));
 }
 
-void ExecCgroupParent::remove_empty_children() const {
+namespace {
+
+// The handler pid in an exec child's name (exec-<pid>-<counter>-<stamp>); 0 when it has none.
+pid_t handler_of(std::string_view name) {
+    name.remove_prefix(std::string_view("exec-").size());
+    pid_t pid = 0;
+    std::from_chars(name.data(), name.data() + name.size(), pid);
+    return pid;
+}
+
+}  // namespace
+
+void ExecCgroupParent::remove_empty_children(const std::set<pid_t>& live_handlers) const {
     for (const auto& parent : dirs_) {
         UniqueFd copy(::openat(parent.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
         DIR* listing = copy ? ::fdopendir(copy.release()) : nullptr;
@@ -254,7 +266,9 @@ void ExecCgroupParent::remove_empty_children() const {
             continue;
         }
         while (const dirent* entry = ::readdir(listing)) {
-            if (entry->d_type == DT_DIR && std::string_view(entry->d_name).starts_with("exec-")) {
+            const std::string_view name = entry->d_name;
+            if (entry->d_type == DT_DIR && name.starts_with("exec-") &&
+                live_handlers.count(handler_of(name)) == 0) {
                 ::unlinkat(parent.get(), entry->d_name, AT_REMOVEDIR);  // EBUSY: still in use
             }
         }

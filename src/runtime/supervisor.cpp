@@ -354,7 +354,7 @@ void report(std::string_view line) {
                     handlers.insert(spare);
                 }
                 last_activity = Clock::now();
-                cgroups.remove_empty_children();
+                cgroups.remove_empty_children(handlers);
                 fork_spare();
             }
         }

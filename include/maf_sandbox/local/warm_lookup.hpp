@@ -44,9 +44,20 @@ std::optional<std::string> destroy_recorded(runtime::Registry& registry,
 // False when the supervisor was already gone.
 bool kill_recorded(const runtime::SandboxRecord& record);
 
+// Records that a sandbox is being used (its record's last_used_at), at most once a minute: the
+// field is informational (the supervisor enforces the idle timeout from its own activity), and a
+// record rewrite costs most of a millisecond on a journaling file system, on every warm exec.
+void note_use(runtime::Registry& registry, runtime::SandboxRecord& record);
+
 // The live sandbox with these identity labels, if any. Dead or expired ones met on the way are
 // destroyed (lazy reconcile). Call it holding registry.lock(acquire_lock_name(labels)).
 std::optional<runtime::SandboxRecord> find_warm(runtime::Registry& registry, const Labels& labels);
+
+// As find_warm, without the lock and without destroying anything: the first live sandbox with
+// these identity labels, for a caller that only uses it (a dead or half-made one is left to the
+// next locked acquire, which reconciles).
+std::optional<runtime::SandboxRecord> find_live(const runtime::Registry& registry,
+                                                const Labels& labels);
 
 // Takes a live pooled sandbox of `signature` and relabels it with `labels`, under the pool's
 // registry lock, so two processes never take the same one; nullopt when there is none. Dead ones

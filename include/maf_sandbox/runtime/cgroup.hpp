@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -134,8 +135,11 @@ class ExecCgroupParent {
 
     // Creates `name` in every delegated directory. Throws SystemError.
     Child make_child(const std::string& name) const;
-    // Removes empty children left by earlier execs whose background processes have since ended.
-    void remove_empty_children() const;
+    // Removes empty children left by earlier execs whose background processes have since ended,
+    // except those of the handlers in `live_handlers` (a child is named exec-<handler pid>-...):
+    // a handler whose prepared guest died makes a fresh child on demand, empty until its guest
+    // joins it, and must not lose it to a sweep in between.
+    void remove_empty_children(const std::set<pid_t>& live_handlers) const;
 
     const std::vector<UniqueFd>& dirs() const noexcept { return dirs_; }
     CgroupLayout layout() const noexcept { return layout_; }

@@ -74,17 +74,15 @@ std::optional<int> warm_exec(const LeanArgs& args) {
     const SandboxSpec spec(fields);
     const auto labels = sandbox_labels({args.scope, args.thread, args.agent, ""}, spec);
     runtime::Registry registry(runtime::default_state_dir());
-    std::optional<runtime::SandboxRecord> record;
-    {
-        const auto lock = registry.lock(local::acquire_lock_name(labels));
-        record = local::find_warm(registry, labels);
-        if (!record ||
-            local::held_egress_policy(*record) != runtime::EgressPolicy::make(Egress::closed, {})) {
-            return std::nullopt;  // to be created, or an egress conflict the full CLI reports
-        }
-        record->last_used_at = runtime::Clock::now();
-        registry.update(*record);
+    // No lock: only a live sandbox is used here, and creating or reconciling one is the full
+    // CLI's, under the key's lock. A dispose racing with this exec fails it as it would any
+    // caller holding the sandbox.
+    auto record = local::find_live(registry, labels);
+    if (!record ||
+        local::held_egress_policy(*record) != runtime::EgressPolicy::make(Egress::closed, {})) {
+        return std::nullopt;  // to be created, or an egress conflict the full CLI reports
     }
+    local::note_use(registry, *record);
     return exec_in(*local::handle_of(*record), work_dir_of(*record, spec), args);
 }
 
