@@ -3,6 +3,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -48,7 +49,26 @@ bool write_frame(int fd, char type, std::string_view payload) noexcept {
     for (int i = 0; i < 4; ++i) {
         header[1 + i] = static_cast<char>((size >> (8 * i)) & 0xFF);
     }
-    return write_all(fd, header, sizeof header) && write_all(fd, payload.data(), payload.size());
+    // (perf) Header and payload in one sendmsg, so the peer wakes once per frame, not twice.
+    iovec parts[2] = {{header, sizeof header}, {const_cast<char*>(payload.data()), payload.size()}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = payload.empty() ? 1 : 2;
+    ssize_t n = 0;
+    do {
+        n = ::sendmsg(fd, &message, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        return false;
+    }
+    // A short send (a large payload, a full socket buffer): the rest the plain way.
+    const auto sent = static_cast<std::size_t>(n);
+    if (sent < sizeof header) {
+        return write_all(fd, header + sent, sizeof header - sent) &&
+               write_all(fd, payload.data(), payload.size());
+    }
+    const auto done = sent - sizeof header;
+    return write_all(fd, payload.data() + done, payload.size() - done);
 }
 
 bool read_frame(int fd, char& type, std::string& payload, std::uint32_t max_payload) {

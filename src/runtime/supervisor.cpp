@@ -234,6 +234,7 @@ void report(std::string_view line) {
     // idle sandbox (bench `density`).
     ::malloc_trim(0);
 
+    constexpr auto kSpareDelay = std::chrono::milliseconds(3);
     const auto started = Clock::now();
     auto last_activity = started;
     std::set<pid_t> handlers;
@@ -252,6 +253,8 @@ void report(std::string_view line) {
     ::fcntl(accepted.get(), F_SETFL, O_NONBLOCK);
     pid_t spare = -1;
     auto spare_forked_at = Clock::now() - std::chrono::seconds(1);
+    bool spare_owed = false;  // a spare took a connection; its successor is not forked yet
+    auto spare_due = spare_forked_at;
     // (perf) The host is told "ready" as soon as the first spare is forked, not once it has
     // prepared its guest process (byte 'p'): the host's remaining work (its record, returning to
     // the caller, the first request) then overlaps the preparation, which the first exec waits
@@ -304,7 +307,22 @@ void report(std::string_view line) {
             timeout = static_cast<int>(
                 std::chrono::duration_cast<std::chrono::milliseconds>(*wake - now).count() + 1);
         }
-        if (spare <= 0) {
+        if (spare_owed) {
+            // (perf) The next spare is forked once the exec that took the last one is answered
+            // (its handler has exited) or kSpareDelay after the accept, whichever comes first:
+            // preparing it (a fork, two cgroup joins, the seccomp filter) then no longer competes
+            // for the CPU with the very guest process it is standing in for.
+            if (handlers.empty() || now >= spare_due) {
+                spare_owed = false;
+                cgroups.remove_empty_children(handlers);
+                fork_spare();
+            } else {
+                const auto wait = static_cast<int>(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(spare_due - now).count() +
+                    1);
+                timeout = timeout < 0 ? wait : std::min(timeout, wait);
+            }
+        } else if (spare <= 0) {
             // A spare that died before accepting (it should not) is replaced at most every 50 ms.
             const auto retry = spare_forked_at + std::chrono::milliseconds(50);
             if (now >= retry) {
@@ -353,9 +371,10 @@ void report(std::string_view line) {
                 if (spare > 0) {
                     handlers.insert(spare);
                 }
+                spare = 0;
                 last_activity = Clock::now();
-                cgroups.remove_empty_children(handlers);
-                fork_spare();
+                spare_owed = true;
+                spare_due = last_activity + kSpareDelay;
             }
         }
     }
