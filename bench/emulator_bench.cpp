@@ -3,14 +3,10 @@
 // the REST API, TLS and polling reads as a ratio. Counters report HTTP requests per operation.
 //
 // The emulator is started here (127.0.0.1, port 0, self-signed) from the build's acas-emulator
-// and stopped at exit; its sandboxes are deleted through the API.
+// and stopped at exit; its sandboxes are deleted through the API. `maf-sandbox bench --only acas_`
+// measures the same operations with percentiles, interleaved with the local backend.
 #include <benchmark/benchmark.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
@@ -19,16 +15,14 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/acas/config.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/core/types.hpp"
+#include "maf_sandbox/emulator/emulator_process.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/net/http_client.hpp"
-
-extern char** environ;
 
 namespace {
 
@@ -48,7 +42,7 @@ const std::string kApi = "?api-version=2026-02-01-preview";
 // local backend for the baseline; everything is removed at exit.
 struct Rig {
     std::filesystem::path dir;
-    pid_t emulator = -1;
+    std::unique_ptr<maf_sandbox::emulator::EmulatorProcess> emulator;
     std::string base;
     boost::asio::io_context io;
     std::unique_ptr<maf_sandbox::net::HttpClient> http;
@@ -62,9 +56,16 @@ struct Rig {
             throw std::runtime_error("mkdtemp failed");
         }
         dir = pattern;
-        start_emulator();
+        emulator = std::make_unique<maf_sandbox::emulator::EmulatorProcess>(
+            maf_sandbox::emulator::EmulatorLaunch{
+                ACAS_EMULATOR_PATH,
+                dir / "emulator",
+                {"--self-signed", "--token", "bench-token", "--alias", "python-3.13=host"},
+                dir / "emulator.log",
+                std::chrono::seconds(30)});
+        base = emulator->base_url();
         maf_sandbox::net::HttpClientOptions options;
-        options.ca_file = (dir / "emulator" / "ca.pem").string();
+        options.ca_file = emulator->ca_file().string();
         options.proxy = maf_sandbox::net::ProxySettings{};
         http = std::make_unique<maf_sandbox::net::HttpClient>(io.get_executor(), options);
 
@@ -95,59 +96,10 @@ struct Rig {
         } catch (const std::exception& e) {
             fmt::print(stderr, "cleanup: {}\n", e.what());
         }
-        if (emulator > 0) {
-            ::kill(emulator, SIGTERM);
-            ::waitpid(emulator, nullptr, 0);
-        }
+        emulator.reset();
         local.reset();
         std::error_code ignored;
         std::filesystem::remove_all(dir, ignored);
-    }
-
-    void start_emulator() {
-        const auto state = (dir / "emulator").string();
-        const auto log = (dir / "emulator.log").string();
-        std::vector<std::string> args{
-            ACAS_EMULATOR_PATH, "serve",   "--listen",    "127.0.0.1:0", "--state-dir",     state,
-            "--self-signed",    "--token", "bench-token", "--alias",     "python-3.13=host"};
-        std::vector<char*> argv;
-        for (auto& a : args) {
-            argv.push_back(a.data());
-        }
-        argv.push_back(nullptr);
-        int out[2];
-        if (::pipe(out) != 0) {
-            throw std::runtime_error("pipe failed");
-        }
-        posix_spawn_file_actions_t actions;
-        posix_spawn_file_actions_init(&actions);
-        posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-        posix_spawn_file_actions_addclose(&actions, out[0]);
-        posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(),
-                                         O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        const int rc = ::posix_spawn(&emulator, argv[0], &actions, nullptr, argv.data(), environ);
-        posix_spawn_file_actions_destroy(&actions);
-        ::close(out[1]);
-        if (rc != 0) {
-            ::close(out[0]);
-            throw std::runtime_error("cannot start acas-emulator");
-        }
-        std::string line;
-        pollfd p{out[0], POLLIN, 0};
-        while (line.find('\n') == std::string::npos && ::poll(&p, 1, 30000) > 0) {
-            char buffer[256];
-            const auto n = ::read(out[0], buffer, sizeof buffer);
-            if (n <= 0) {
-                break;
-            }
-            line.append(buffer, static_cast<std::size_t>(n));
-        }
-        ::close(out[0]);
-        const std::string prefix = "listening on ";
-        if (!line.starts_with(prefix)) {
-            throw std::runtime_error("acas-emulator did not start; see " + log);
-        }
-        base = line.substr(prefix.size(), line.find('\n') - prefix.size());
     }
 
     maf_sandbox::net::HttpResponse call(const std::string& method, const std::string& path,

@@ -30,6 +30,7 @@
 #include <fmt/format.h>
 #include <boost/json.hpp>
 
+#include "bench_acas.hpp"
 #include "bench_density.hpp"
 #include "cli.hpp"
 #include "maf_sandbox/core/errors.hpp"
@@ -296,6 +297,19 @@ class Bench {
                          return DensityLeaks{f.sandbox_dirs, f.cgroups, f.records};
                      },
                      *log_));
+             }},
+            {"acas_",
+             [&] {
+                 bench_acas(
+                     *backend_, {plan_.quick, wanted, only_},
+                     [&](AcasScenario s) {
+                         auto out = scenario(s.name, s.baseline, s.ours, s.base);
+                         for (auto& [key, value] : s.extra) {
+                             out[key] = std::move(value);
+                         }
+                         add(std::move(out));
+                     },
+                     *log_);
              }},
             {"cli_", [&] {
                  for (auto& scenario : cli()) {

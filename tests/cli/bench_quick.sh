@@ -6,7 +6,10 @@ cli=$1
 out=$(mktemp /tmp/maf-bench-json-XXXXXX)
 trap 'rm -f "$out"' EXIT
 "$cli" bench --quick --json "$out" >/dev/null
-python3 - "$out" <<'PY'
+# The acas_ scenarios run when acas-emulator sits next to the CLI (else the bench skips them).
+emulator=0
+[[ -x "$(dirname "$cli")/acas-emulator" ]] && emulator=1
+python3 - "$out" "$emulator" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
 assert doc["schema"] == "maf-sandbox-bench/1" and doc["mode"] == "quick", doc.get("schema")
@@ -31,5 +34,10 @@ assert all(v == 0 for v in density["leaked"].values()), density["leaked"]
 assert density["mib_per_sandbox_pss"] > 0 and density["processes_per_sandbox"] > 0, density
 for label in ("3KiB", "32MiB"):
     assert scenarios["file_write_read_" + label]["checksum_ok"] is True, label
+if sys.argv[2] == "1":
+    for name in ("acas_cold_acquire", "acas_warm_acquire", "acas_exec_true",
+                 "acas_file_write_read_3KiB"):
+        assert name in scenarios, f"scenario {name} missing (acas-emulator is there)"
+        assert scenarios[name]["stats"]["n"] > 0 and scenarios[name]["requests_per_op"] > 0, name
 print(f"bench --quick: {len(scenarios)} scenarios in {doc['duration_s']:.1f} s")
 PY

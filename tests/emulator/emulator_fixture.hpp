@@ -3,11 +3,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
@@ -21,9 +16,8 @@
 #include <vector>
 
 #include "maf_sandbox/core/run_blocking.hpp"
+#include "maf_sandbox/emulator/emulator_process.hpp"
 #include "maf_sandbox/net/http_client.hpp"
-
-extern char** environ;
 
 namespace maf_sandbox::emulator::testing {
 
@@ -55,83 +49,25 @@ class TempDir {
     std::filesystem::path path_;
 };
 
-// One acas-emulator process; SIGTERM on destruction.
-class EmulatorProcess {
+// One acas-emulator process (the shared launcher) with the arguments every test here uses;
+// SIGTERM on destruction. Each launch logs to its own file in `state` (restart tests launch twice).
+class EmulatorProcess : public emulator::EmulatorProcess {
   public:
-    EmulatorProcess(const std::filesystem::path& state, std::vector<std::string> extra = {}) {
-        std::vector<std::string> args{ACAS_EMULATOR_PATH, "serve",       "--listen",
-                                      "127.0.0.1:0",      "--state-dir", state.string(),
-                                      "--self-signed",    "--alias",     "python-3.13=host"};
-        args.insert(args.end(), extra.begin(), extra.end());
-        std::vector<char*> argv;
-        for (auto& a : args) {
-            argv.push_back(a.data());
-        }
-        argv.push_back(nullptr);
-        int out[2];
-        if (::pipe(out) != 0) {
-            throw std::runtime_error("pipe failed");
-        }
-        log_ = state / fmt::format("emulator-{}.log", ++launches());
-        posix_spawn_file_actions_t actions;
-        posix_spawn_file_actions_init(&actions);
-        posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-        posix_spawn_file_actions_addclose(&actions, out[0]);
-        posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_.c_str(),
-                                         O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) {
-            throw std::runtime_error("cannot start acas-emulator");
-        }
-        posix_spawn_file_actions_destroy(&actions);
-        ::close(out[1]);
-        std::string line;
-        pollfd p{out[0], POLLIN, 0};
-        while (line.find('\n') == std::string::npos && ::poll(&p, 1, 30000) > 0) {
-            char buffer[256];
-            const auto n = ::read(out[0], buffer, sizeof buffer);
-            if (n <= 0) {
-                break;
-            }
-            line.append(buffer, static_cast<std::size_t>(n));
-        }
-        stdout_fd_ = out[0];
-        first_line_ = line.substr(0, line.find('\n'));
-        const std::string prefix = "listening on ";
-        if (!first_line_.starts_with(prefix)) {
-            throw std::runtime_error("acas-emulator did not start: '" + first_line_ + "', log " +
-                                     log_.string());
-        }
-        base_url_ = first_line_.substr(prefix.size());
-    }
-    ~EmulatorProcess() { terminate(); }
-
-    // SIGTERM and wait; returns the exit status.
-    int terminate() {
-        if (pid_ <= 0) {
-            return status_;
-        }
-        ::kill(pid_, SIGTERM);
-        ::waitpid(pid_, &status_, 0);
-        pid_ = -1;
-        ::close(stdout_fd_);
-        return status_;
-    }
-
-    const std::string& base_url() const { return base_url_; }
-    const std::string& first_line() const { return first_line_; }
-    const std::filesystem::path& log() const { return log_; }
+    EmulatorProcess(const std::filesystem::path& state, std::vector<std::string> extra = {})
+        : emulator::EmulatorProcess(launch(state, std::move(extra))) {}
 
   private:
+    static emulator::EmulatorLaunch launch(const std::filesystem::path& state,
+                                           std::vector<std::string> extra) {
+        std::vector<std::string> args{"--self-signed", "--alias", "python-3.13=host"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        return {ACAS_EMULATOR_PATH, state, std::move(args),
+                state / fmt::format("emulator-{}.log", ++launches()), std::chrono::seconds(30)};
+    }
     static int& launches() {
         static int n = 0;
         return n;
     }
-    pid_t pid_ = -1;
-    int status_ = -1;
-    int stdout_fd_ = -1;
-    std::string base_url_;
-    std::string first_line_;
-    std::filesystem::path log_;
 };
 
 // Requests shaped like azure-containerapps-sandbox 0.1.0b4's pipeline.
