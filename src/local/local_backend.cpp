@@ -231,6 +231,7 @@ struct LocalBackend::Impl {
             record.runtime["egress_policy"] = policy.to_json();
             record.state = runtime::SandboxState::running;
             registry.update(record);
+            index_key(registry, labels, record.id);
             return wrap(handle, work_dir);
         } catch (...) {
             if (auto stored = registry.get(record.id)) {

@@ -1,5 +1,6 @@
 #include "maf_sandbox/local/warm_lookup.hpp"
 
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "maf_sandbox/runtime/gc.hpp"
+#include "sandbox_pool.hpp"
 
 namespace maf_sandbox::local {
 
@@ -20,7 +22,56 @@ std::string label_or_empty(const Labels& labels, const char* name) {
     return it == labels.end() ? std::string() : it->second;
 }
 
+std::filesystem::path index_path(const runtime::Registry& registry, const Labels& labels) {
+    return registry.state_dir() / "keys" / SandboxPool::signature({acquire_lock_name(labels)});
+}
+
+std::optional<std::string> indexed_id(const runtime::Registry& registry, const Labels& labels) {
+    char target[128];
+    const auto path = index_path(registry, labels);
+    const ssize_t n = ::readlink(path.c_str(), target, sizeof target);
+    if (n <= 0 || static_cast<std::size_t>(n) >= sizeof target) {
+        return std::nullopt;
+    }
+    std::string id(target, static_cast<std::size_t>(n));
+    return runtime::Registry::is_id(id) ? std::optional<std::string>(id) : std::nullopt;
+}
+
+// The live sandbox the index names for these labels, if the index is right.
+std::optional<runtime::SandboxRecord> indexed_live(const runtime::Registry& registry,
+                                                   const Labels& labels) {
+    const auto id = indexed_id(registry, labels);
+    if (!id) {
+        return std::nullopt;
+    }
+    auto record = registry.get(*id);
+    if (!record || !same_identity(record->labels, labels) || !record_alive(*record)) {
+        return std::nullopt;
+    }
+    return record;
+}
+
 }  // namespace
+
+void index_key(const runtime::Registry& registry, const Labels& labels, const std::string& id) {
+    if (labels.count("call") > 0 || labels.count(kPoolLabel) > 0) {
+        return;  // never looked up by key
+    }
+    const auto path = index_path(registry, labels);
+    ::mkdir(path.parent_path().c_str(), 0700);
+    const auto temporary = fmt::format("{}.{}.tmp", path.string(), runtime::Registry::new_id());
+    // A failure only costs the next lookup a scan.
+    if (::symlink(id.c_str(), temporary.c_str()) == 0 &&
+        ::rename(temporary.c_str(), path.c_str()) != 0) {
+        ::unlink(temporary.c_str());
+    }
+}
+
+void unindex_key(const runtime::Registry& registry, const Labels& labels, const std::string& id) {
+    if (indexed_id(registry, labels) == std::optional<std::string>(id)) {
+        ::unlink(index_path(registry, labels).c_str());
+    }
+}
 
 std::string acquire_lock_name(const Labels& labels) {
     std::string name;
@@ -76,6 +127,7 @@ std::optional<std::string> destroy_recorded(runtime::Registry& registry,
             // run in cgroups the record does not name; gc's cleanup finds them by name.
             runtime::remove_recorded_cgroups(record);
         }
+        unindex_key(registry, record.labels, record.id);
         registry.remove(record.id);
         return std::nullopt;
     } catch (const std::exception& e) {
@@ -107,6 +159,9 @@ void note_use(runtime::Registry& registry, runtime::SandboxRecord& record) {
 }
 
 std::optional<runtime::SandboxRecord> find_warm(runtime::Registry& registry, const Labels& labels) {
+    if (auto record = indexed_live(registry, labels)) {
+        return record;
+    }
     for (auto& record : registry.list()) {
         if (!same_identity(record.labels, labels)) {
             continue;
@@ -115,6 +170,7 @@ std::optional<runtime::SandboxRecord> find_warm(runtime::Registry& registry, con
             destroy_recorded(registry, record);  // expired or crashed
             continue;
         }
+        index_key(registry, labels, record.id);
         return record;
     }
     return std::nullopt;
@@ -122,8 +178,12 @@ std::optional<runtime::SandboxRecord> find_warm(runtime::Registry& registry, con
 
 std::optional<runtime::SandboxRecord> find_live(const runtime::Registry& registry,
                                                 const Labels& labels) {
+    if (auto record = indexed_live(registry, labels)) {
+        return record;
+    }
     for (auto& record : registry.list()) {
         if (same_identity(record.labels, labels) && record_alive(record)) {
+            index_key(registry, labels, record.id);
             return record;
         }
     }
@@ -146,6 +206,7 @@ std::optional<runtime::SandboxRecord> take_pooled(runtime::Registry& registry,
         record.labels = labels;
         record.last_used_at = runtime::Clock::now();
         registry.update(record);
+        index_key(registry, labels, record.id);
         return record;
     }
     return std::nullopt;
