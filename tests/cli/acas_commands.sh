@@ -12,22 +12,7 @@ out=$work/out err=$work/err
 acas=(--backend acas --endpoint "$endpoint" --subscription-id sub --resource-group rg
       --sandbox-group grp --registry reg.local --ca-file "$ca_file" --token "$token" --emulator)
 
-expect() {  # expect STATUS DESCRIPTION -- ARGS...
-    local want=$1 what=$2
-    shift 3
-    "$bin" "$@" >"$out" 2>"$err"
-    local got=$?
-    if [[ $got -ne $want ]]; then
-        echo "FAIL: $what: exit $got, wanted $want"; echo "  stdout: $(head -c 600 "$out")"; echo "  stderr: $(head -c 600 "$err")"
-        failures=$((failures + 1))
-    else
-        echo "ok: $what"
-    fi
-}
-stdout_is() { [[ $(cat "$out") == "$1" ]] || { echo "FAIL: stdout is '$(head -c 400 "$out")', wanted '$1'"; failures=$((failures + 1)); }; }
-stdout_has() { grep -q -- "$1" "$out" || { echo "FAIL: stdout lacks '$1': $(head -c 400 "$out")"; failures=$((failures + 1)); }; }
-stdout_lacks() { ! grep -q -- "$1" "$out" || { echo "FAIL: stdout has '$1': $(head -c 400 "$out")"; failures=$((failures + 1)); }; }
-stderr_has() { grep -q -- "$1" "$err" || { echo "FAIL: stderr lacks '$1': $(head -c 400 "$err")"; failures=$((failures + 1)); }; }
+source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 
 # run: one shot, through the router; the emulator names its rung, so the user consents to it.
 expect 1 "run refuses the emulator's rung under the default microvm floor" -- run "${acas[@]}" -- true

@@ -7,20 +7,7 @@ failures=0
 out=$(mktemp) err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
 
-expect() {  # expect STATUS DESCRIPTION -- ARGS...
-    local want=$1 what=$2
-    shift 3
-    "$bin" "$@" >"$out" 2>"$err"
-    local got=$?
-    if [[ $got -ne $want ]]; then
-        echo "FAIL: $what: exit $got, wanted $want"; echo "  stdout: $(head -c 400 "$out")"; echo "  stderr: $(head -c 400 "$err")"
-        failures=$((failures + 1))
-    else
-        echo "ok: $what"
-    fi
-}
-stdout_has() { grep -q -- "$1" "$out" || { echo "FAIL: stdout lacks '$1': $(head -c 400 "$out")"; failures=$((failures + 1)); }; }
-stderr_has() { grep -q -- "$1" "$err" || { echo "FAIL: stderr lacks '$1': $(head -c 400 "$err")"; failures=$((failures + 1)); }; }
+source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 one_line_stderr() {
     local n; n=$(grep -c . "$err")
     [[ $n -eq 1 ]] || { echo "FAIL: stderr has $n lines, wanted one: $(cat "$err")"; failures=$((failures + 1)); }

@@ -21,80 +21,67 @@ cleanup() {
 trap cleanup EXIT
 out=$work/out err=$work/err
 
-expect() {  # expect STATUS DESCRIPTION -- PROGRAM ARGS...
-    local want=$1 what=$2
-    shift 3
-    "$@" >"$out" 2>"$err"
-    local got=$?
-    if [[ $got -ne $want ]]; then
-        echo "FAIL: $what: exit $got, wanted $want"; echo "  stdout: $(head -c 600 "$out")"; echo "  stderr: $(head -c 600 "$err")"
-        failures=$((failures + 1))
-    else
-        echo "ok: $what"
-    fi
-}
-stdout_is() { [[ "$(cat "$out")" == "$1" ]] || { echo "FAIL: stdout is '$(head -c 400 "$out")', wanted '$1'"; failures=$((failures + 1)); }; }
-stderr_has() { grep -q -- "$1" "$err" || { echo "FAIL: stderr lacks '$1': $(head -c 400 "$err")"; failures=$((failures + 1)); }; }
+source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 count_sandboxes() { "$bin" ls --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
 
 warm=(exec --backend local --floor container --scope "$scope" --thread t)
 
-expect 0 "--version is answered by the front end" -- "$alone" --version
+expect_run 0 "--version is answered by the front end" -- "$alone" --version
 stdout_is "$("$bin"-cli --version)"
-expect 1 "without a full CLI beside it, a command it does not serve says what to reinstall" -- "$alone" ls
+expect_run 1 "without a full CLI beside it, a command it does not serve says what to reinstall" -- "$alone" ls
 stderr_has "maf-sandbox-cli"
 
-expect 0 "the first exec of a key creates the sandbox through the full CLI" -- "$bin" "${warm[@]}" -- sh -c 'echo made > /tmp/mark; echo first'
+expect_run 0 "the first exec of a key creates the sandbox through the full CLI" -- "$bin" "${warm[@]}" -- sh -c 'echo made > /tmp/mark; echo first'
 stdout_is "first"
-expect 0 "a warm exec is served by the front end alone, in the same sandbox" -- "$alone" "${warm[@]}" -- cat /tmp/mark
+expect_run 0 "a warm exec is served by the front end alone, in the same sandbox" -- "$alone" "${warm[@]}" -- cat /tmp/mark
 stdout_is "made"
-expect 7 "the exit status passes through" -- "$alone" "${warm[@]}" -- sh -c 'echo out; echo err >&2; exit 7'
+expect_run 7 "the exit status passes through" -- "$alone" "${warm[@]}" -- sh -c 'echo out; echo err >&2; exit 7'
 stdout_is "out"
 stderr_has "^err"
-expect 0 "--flag=value spellings and the command's own flags after --" -- "$alone" exec --backend=local --floor=container --scope="$scope" --thread=t -- ls -d --color=never /
+expect_run 0 "--flag=value spellings and the command's own flags after --" -- "$alone" exec --backend=local --floor=container --scope="$scope" --thread=t -- ls -d --color=never /
 stdout_is "/"
-expect 0 "output past --max-output keeps the head and names the dropped bytes" -- "$alone" "${warm[@]}" --max-output 10 -- sh -c 'head -c 100 /dev/zero | tr "\0" x'
+expect_run 0 "output past --max-output keeps the head and names the dropped bytes" -- "$alone" "${warm[@]}" --max-output 10 -- sh -c 'head -c 100 /dev/zero | tr "\0" x'
 stdout_is "xxxxxxxxxx"
 stderr_has "90 bytes dropped"
-expect 1 "a timeout kills the command and says so" -- "$alone" "${warm[@]}" --timeout 0.5 -- sleep 5
+expect_run 1 "a timeout kills the command and says so" -- "$alone" "${warm[@]}" --timeout 0.5 -- sleep 5
 stderr_has "timeout"
-expect 0 "a working directory default is the sandbox's work directory" -- "$alone" "${warm[@]}" -- pwd
+expect_run 0 "a working directory default is the sandbox's work directory" -- "$alone" "${warm[@]}" -- pwd
 stdout_is "/maf-sandbox/work"
-expect 1 "a floor above container goes to the full CLI's refusal" -- "$bin" exec --backend local --scope "$scope" --thread t -- true
+expect_run 1 "a floor above container goes to the full CLI's refusal" -- "$bin" exec --backend local --scope "$scope" --thread t -- true
 stderr_has "--floor container"
-expect 2 "a malformed value goes to the full CLI's validation" -- "$bin" "${warm[@]}" --max-output -5 -- true
-expect 0 "another key is created through the full CLI" -- "$bin" exec --backend local --floor container --scope "$scope" --thread t --kind other -- echo other
+expect_run 2 "a malformed value goes to the full CLI's validation" -- "$bin" "${warm[@]}" --max-output -5 -- true
+expect_run 0 "another key is created through the full CLI" -- "$bin" exec --backend local --floor container --scope "$scope" --thread t --kind other -- echo other
 stdout_is "other"
 
 # One-shot run from the shared pool.
-expect 0 "pool set builds the pool" -- "$bin" pool set --size 1
-expect 0 "pool show reports it ready" -- "$bin" pool show
+expect_run 0 "pool set builds the pool" -- "$bin" pool set --size 1
+expect_run 0 "pool show reports it ready" -- "$bin" pool show
 stdout_is "size 1 image host ready 1"
-expect 0 "a run matching the pool is served by the front end alone" -- "$alone" run --backend local --floor container -- sh -c 'echo pooled; exit 0'
+expect_run 0 "a run matching the pool is served by the front end alone" -- "$alone" run --backend local --floor container -- sh -c 'echo pooled; exit 0'
 stdout_is "pooled"
-expect 0 "pool fill tops the pool up" -- "$bin" pool fill
-expect 3 "a pooled run keeps the exit status" -- "$bin" run --backend local --floor container -- sh -c 'exit 3'
+expect_run 0 "pool fill tops the pool up" -- "$bin" pool fill
+expect_run 3 "a pooled run keeps the exit status" -- "$bin" run --backend local --floor container -- sh -c 'exit 3'
 for _ in $(seq 100); do
     [[ "$("$bin" pool show)" == "size 1 image host ready 1" ]] && break
     sleep 0.1
 done
-expect 0 "the run's detached filler tops the pool up again" -- "$bin" pool show
+expect_run 0 "the run's detached filler tops the pool up again" -- "$bin" pool show
 stdout_is "size 1 image host ready 1"
-expect 0 "a run whose limits differ from the pool's launches through the full CLI" -- "$bin" run --backend local --floor container --memory 300000000 -- echo cold
+expect_run 0 "a run whose limits differ from the pool's launches through the full CLI" -- "$bin" run --backend local --floor container --memory 300000000 -- echo cold
 stdout_is "cold"
 for _ in $(seq 100); do  # the last pooled run's reaper
     [[ "$(count_sandboxes)" == "3" ]] && break
     sleep 0.1
 done
-expect 0 "a pooled run's sandbox is reaped: the two exec sandboxes and the pool's are left" -- count_sandboxes
+expect_run 0 "a pooled run's sandbox is reaped: the two exec sandboxes and the pool's are left" -- count_sandboxes
 stdout_is "3"
-expect 0 "pool drain removes the pool and its sandboxes" -- "$bin" pool drain
+expect_run 0 "pool drain removes the pool and its sandboxes" -- "$bin" pool drain
 stdout_is "1"
-expect 0 "nothing but the two exec sandboxes is left" -- count_sandboxes
+expect_run 0 "nothing but the two exec sandboxes is left" -- count_sandboxes
 stdout_is "2"
 leftover=$(ls "$MAF_SANDBOX_STATE_DIR/sandboxes" | wc -l)
 [[ $leftover -eq 2 ]] || { echo "FAIL: $leftover sandbox directories left, wanted 2"; failures=$((failures + 1)); }
-expect 0 "without a pool, run launches through the full CLI" -- "$bin" run --backend local --floor container -- echo fresh
+expect_run 0 "without a pool, run launches through the full CLI" -- "$bin" run --backend local --floor container -- echo fresh
 stdout_is "fresh"
 
 echo "$failures failure(s)"

@@ -17,21 +17,7 @@ cleanup() {
 trap cleanup EXIT
 out=$work/out err=$work/err
 
-expect() {  # expect STATUS DESCRIPTION -- ARGS...
-    local want=$1 what=$2
-    shift 3
-    "$bin" "$@" >"$out" 2>"$err"
-    local got=$?
-    if [[ $got -ne $want ]]; then
-        echo "FAIL: $what: exit $got, wanted $want"; echo "  stdout: $(head -c 600 "$out")"; echo "  stderr: $(head -c 600 "$err")"
-        failures=$((failures + 1))
-    else
-        echo "ok: $what"
-    fi
-}
-stdout_has() { grep -q -- "$1" "$out" || { echo "FAIL: stdout lacks '$1': $(head -c 400 "$out")"; failures=$((failures + 1)); }; }
-stdout_lacks() { ! grep -q -- "$1" "$out" || { echo "FAIL: stdout has '$1': $(head -c 400 "$out")"; failures=$((failures + 1)); }; }
-stderr_has() { grep -q -- "$1" "$err" || { echo "FAIL: stderr lacks '$1': $(head -c 400 "$err")"; failures=$((failures + 1)); }; }
+source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 
 printf 'one\n' >"$work/a.txt"
 printf 'two\n' >"$work/b.txt"
