@@ -75,6 +75,7 @@ class RuntimeEngine final : public SandboxEngine {
         launch.sandbox_dir = dir_ / "sandboxes" / hex;
         std::filesystem::create_directories(launch.sandbox_dir);
         launch.mounts = runtime::root_plan_for(plan, {});
+        launch.mounts.layer_mount_point = dir_ / "mnt";  // shared, as the local backend's
         // The built-in image runs as root inside its user namespace, as the service's prebuilt
         // images do; an imported image keeps its configured USER.
         const bool builtin =

@@ -214,6 +214,7 @@ struct LocalBackend::Impl {
             launch.sandbox_dir = registry.sandbox_dir(record.id);
             launch.mounts = runtime::root_plan_for(plan, {work_dir});
             launch.mounts.disk_bytes = config.disk_bytes;
+            launch.mounts.layer_mount_point = registry.layer_mount_point();
             launch.mounts.tmp_bytes = config.tmp_bytes;
             launch.guest_uid = config.root_inside ? 0 : plan.uid;
             launch.guest_gid = config.root_inside ? 0 : plan.gid;

@@ -47,7 +47,7 @@ constexpr auto kDrainQuiet = std::chrono::milliseconds(20);
 
 // Why the child could not reach execve, sent over a close-on-exec pipe.
 struct ChildFailure {
-    int stage;  // 0 join cgroup, 1 ids, 2 caps, 3 chdir, 4 seccomp, 5 exec, 6 oom score
+    int stage;  // 0 join cgroup, 1 ids, 2 caps, 3 chdir, 5 exec, 6 oom score (4 is unused)
     int error;
 };
 
@@ -181,15 +181,10 @@ bool prefer_as_oom_victim() noexcept {
     ::dup2(out, 1);
     ::dup2(err, 2);
     ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
-    if (!drop_bounding_set()) {
-        fail_with(2);
-    }
-    if (!install_seccomp(*context.seccomp)) {
-        fail_with(4);
-    }
-    // Waits still as the sandbox's root (no bounding set, no_new_privs, filtered) so that guest
-    // processes, which run as the guest user, cannot signal the next exec's process; dumpable is
-    // off (inherited from PID 1), so they cannot read its descriptors either.
+    // Waits still as the sandbox's root (no bounding set, no_new_privs, filtered: PID 1's,
+    // inherited) so that guest processes, which run as the guest user, cannot signal the next
+    // exec's process; dumpable is off (inherited from PID 1), so they cannot read its descriptors
+    // either.
     [[maybe_unused]] auto signalled = ::write(ready, "r", 1);
     ::close(ready);
     char header[4];
@@ -614,7 +609,11 @@ void serve_next_exec(int listener, int accepted_fd, const ExecContext& context) 
     } catch (const std::exception&) {
         prepared.reset();  // served on demand after accept, which reports the failure
     }
-    [[maybe_unused]] auto prepared_told = ::write(accepted_fd, "p", 1);
+    const auto tell = [&](char what) {
+        const AcceptedNote note{what, ::getpid()};
+        [[maybe_unused]] auto told = ::write(accepted_fd, &note, sizeof note);
+    };
+    tell(AcceptedNote::kPrepared);
     UniqueFd connection;
     while (!connection) {
         connection = UniqueFd(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
@@ -623,7 +622,7 @@ void serve_next_exec(int listener, int accepted_fd, const ExecContext& context) 
         }
     }
     ::close(listener);
-    [[maybe_unused]] auto accepted_told = ::write(accepted_fd, "a", 1);
+    tell(AcceptedNote::kAccepted);
     ::close(accepted_fd);
     Exec(connection.get(), context, std::move(prepared)).run();
 }

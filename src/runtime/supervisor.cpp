@@ -29,6 +29,7 @@
 #include "exec_server.hpp"
 #include "guest_network.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/isolation.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
 
 #ifndef MAF_SANDBOX_SUPERVISOR_BUILD_PATH
@@ -108,7 +109,8 @@ json::value to_json(const SupervisorConfig& config) {
                         {"root_uid", plan.root_uid},
                         {"root_gid", plan.root_gid},
                         {"guest_uid", plan.guest_uid},
-                        {"guest_gid", plan.guest_gid}};
+                        {"guest_gid", plan.guest_gid},
+                        {"layer_mount_point", plan.layer_mount_point.string()}};
     json::object out{{"id", config.id},
                      {"sandbox_dir", config.sandbox_dir.string()},
                      {"socket_path", config.socket_path.string()},
@@ -159,6 +161,9 @@ SupervisorConfig supervisor_config_from_json(const json::value& value) {
     plan.root_gid = number<gid_t>(mounts, "root_gid");
     plan.guest_uid = number<uid_t>(mounts, "guest_uid");
     plan.guest_gid = number<gid_t>(mounts, "guest_gid");
+    if (const auto* point = mounts.if_contains("layer_mount_point")) {
+        plan.layer_mount_point = std::string(point->as_string());
+    }
     config.ids.host_base = number<uid_t>(in, "id_base");
     config.ids.count = number<std::uint32_t>(in, "id_count");
     config.guest_uid = number<uid_t>(in, "guest_uid");
@@ -229,21 +234,35 @@ void report(std::string_view line) {
     ::sigprocmask(SIG_BLOCK, &mask, nullptr);
     ::signal(SIGPIPE, SIG_IGN);
     UniqueFd signals(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+    // (perf, exec round trip) PID 1 confines itself once, as every guest process must be: an
+    // empty capability bounding set, no_new_privs and the seccomp filter are inherited through
+    // each fork, so handlers and guests no longer pay ~40 prctl calls and a filter's validation
+    // and JIT per exec (5% of the machine's CPU in a tight exec loop). Nothing PID 1 or a handler
+    // does from here on (fork, cgroup files, pipes, sockets, setresuid, capset, execve) is among
+    // the denied calls.
+    if (!drop_bounding_set() || !install_seccomp(seccomp)) {
+        report(
+            fmt::format("error: confining the sandbox's PID 1 (capability bounding set, "
+                        "seccomp filter): {}",
+                        std::strerror(errno)));
+        std::_Exit(1);
+    }
     // (density) Heap pages freed since start-up (the parsed config, the root's plan) go back to
     // the kernel before the spare handler and its guest are forked from us: about 50 KiB less per
     // idle sandbox (bench `density`).
     ::malloc_trim(0);
 
     constexpr auto kSpareDelay = std::chrono::milliseconds(3);
+    constexpr auto kSpareRetry = std::chrono::milliseconds(50);
     const auto started = Clock::now();
     auto last_activity = started;
     std::set<pid_t> handlers;
-    const ExecContext context{&config, &cgroups, &seccomp};
+    const ExecContext context{&config, &cgroups};
 
-    // (perf) Connections are accepted by a spare handler forked ahead of time, which has already
-    // prepared the next guest process (serve_next_exec); it tells us on `accepted` when it took a
-    // connection, and we fork the next spare at once. The spare is not an active handler until
-    // then, so it never holds off the idle timeout.
+    // (perf) Connections are accepted by spare handlers forked ahead of time, each of which has
+    // already prepared its guest process (serve_next_exec); a spare tells us on `accepted` when it
+    // took a connection (an AcceptedNote), and we fork its successor. A spare is not an active
+    // handler until then, so it never holds off the idle timeout.
     int accepted_pipe[2];
     if (::pipe2(accepted_pipe, O_CLOEXEC) != 0) {
         std::_Exit(1);
@@ -251,12 +270,18 @@ void report(std::string_view line) {
     UniqueFd accepted(accepted_pipe[0]);
     UniqueFd accepted_write(accepted_pipe[1]);
     ::fcntl(accepted.get(), F_SETFL, O_NONBLOCK);
-    pid_t spare = -1;
-    auto spare_forked_at = Clock::now() - std::chrono::seconds(1);
-    bool spare_owed = false;  // a spare took a connection; its successor is not forked yet
-    auto spare_due = spare_forked_at;
+    // (perf, exec round trip) Two spares once the sandbox has served its first exec: an exec that
+    // follows the last one closely (an agent's burst of commands, the bench's tight loop) finds
+    // the second spare ready instead of waiting in the listen queue for the first one's successor
+    // to prepare its guest (0.8 ms and more here). Only one at start, so the sandbox's first exec
+    // never competes with a second spare's preparation. Each spare costs about 0.1 MiB.
+    constexpr std::size_t kSpares = 2;
+    std::size_t spare_target = 1;
+    std::set<pid_t> spares;
+    auto spare_due = started;  // successors wait for the running exec, or until this
+    auto spare_died_at = started - kSpareRetry;
     // (perf) The host is told "ready" as soon as the first spare is forked, not once it has
-    // prepared its guest process (byte 'p'): the host's remaining work (its record, returning to
+    // prepared its guest process (note 'p'): the host's remaining work (its record, returning to
     // the caller, the first request) then overlaps the preparation, which the first exec waits
     // for in accept only if it is not done by then, and a create that is disposed unused never
     // waits for it at all.
@@ -269,9 +294,8 @@ void report(std::string_view line) {
         }
     };
     const auto fork_spare = [&] {
-        spare_forked_at = Clock::now();
-        spare = ::fork();
-        if (spare == 0) {
+        const pid_t pid = ::fork();
+        if (pid == 0) {
             ::sigprocmask(SIG_UNBLOCK, &mask, nullptr);
             signals.reset();
             accepted.reset();
@@ -284,6 +308,9 @@ void report(std::string_view line) {
                 std::_Exit(1);
             }
             std::_Exit(0);
+        }
+        if (pid > 0) {
+            spares.insert(pid);
         }
     };
 
@@ -303,39 +330,60 @@ void report(std::string_view line) {
             std::_Exit(0);  // the kernel ends every process of the PID namespace with us
         }
         int timeout = -1;
+        const auto wake_at = [&](Clock::time_point at) {
+            const auto wait = static_cast<int>(
+                std::chrono::duration_cast<std::chrono::milliseconds>(at - now).count() + 1);
+            timeout = timeout < 0 ? wait : std::min(timeout, wait);
+        };
         if (wake) {
-            timeout = static_cast<int>(
-                std::chrono::duration_cast<std::chrono::milliseconds>(*wake - now).count() + 1);
+            wake_at(*wake);
         }
-        if (spare_owed) {
-            // (perf) The next spare is forked once the exec that took the last one is answered
-            // (its handler has exited) or kSpareDelay after the accept, whichever comes first:
-            // preparing it (a fork, two cgroup joins, the seccomp filter) then no longer competes
-            // for the CPU with the very guest process it is standing in for.
-            if (handlers.empty() || now >= spare_due) {
-                spare_owed = false;
-                cgroups.remove_empty_children(handlers);
-                fork_spare();
+        if (spares.size() < spare_target) {
+            // (perf) A successor is forked once the running execs are answered (their handlers
+            // have exited) or kSpareDelay after the last accept, whichever comes first: preparing
+            // it (a fork, two cgroup joins) then does not compete for the CPU with the guest
+            // process it stands in for. A spare that died before accepting (it should not) is
+            // replaced at most every kSpareRetry.
+            const auto due =
+                std::max(handlers.empty() ? now : spare_due, spare_died_at + kSpareRetry);
+            if (now >= due) {
+                // Live handlers' and spares' cgroups are spared: a spare's guest may not have
+                // joined its own yet.
+                std::set<pid_t> live = handlers;
+                live.insert(spares.begin(), spares.end());
+                cgroups.remove_empty_children(live);
+                while (spares.size() < spare_target) {
+                    const auto before = spares.size();
+                    fork_spare();
+                    if (spares.size() == before) {
+                        spare_died_at = now;  // fork failed: retry later
+                        break;
+                    }
+                }
             } else {
-                const auto wait = static_cast<int>(
-                    std::chrono::duration_cast<std::chrono::milliseconds>(spare_due - now).count() +
-                    1);
-                timeout = timeout < 0 ? wait : std::min(timeout, wait);
-            }
-        } else if (spare <= 0) {
-            // A spare that died before accepting (it should not) is replaced at most every 50 ms.
-            const auto retry = spare_forked_at + std::chrono::milliseconds(50);
-            if (now >= retry) {
-                fork_spare();
-            } else {
-                const auto wait = static_cast<int>(
-                    std::chrono::duration_cast<std::chrono::milliseconds>(retry - now).count() + 1);
-                timeout = timeout < 0 ? wait : std::min(timeout, wait);
+                wake_at(due);
             }
         }
         pollfd fds[2] = {{accepted.get(), POLLIN, 0}, {signals.get(), POLLIN, 0}};
         if (::poll(fds, 2, timeout) < 0 && errno != EINTR) {
             std::_Exit(1);
+        }
+        // Notes first: a handler that has already exited wrote its note before, and must not be
+        // taken for a spare that died.
+        if (fds[0].revents & POLLIN) {
+            AcceptedNote note{};
+            while (::read(accepted.get(), &note, sizeof note) == sizeof note) {
+                if (note.what == AcceptedNote::kPrepared) {
+                    report_ready();
+                    continue;
+                }
+                if (spares.erase(note.handler) > 0) {
+                    handlers.insert(note.handler);
+                }
+                last_activity = Clock::now();
+                spare_due = last_activity + kSpareDelay;
+                spare_target = kSpares;
+            }
         }
         if (fds[1].revents & POLLIN) {
             signalfd_siginfo info{};
@@ -354,27 +402,10 @@ void report(std::string_view line) {
                 if (handlers.erase(pid) > 0) {
                     last_activity = Clock::now();
                 }
-                if (pid == spare) {
-                    spare = -1;
+                if (spares.erase(pid) > 0) {
+                    spare_died_at = Clock::now();
                     report_ready();  // execs are then prepared on demand
                 }
-            }
-        }
-        if (fds[0].revents & POLLIN) {
-            char byte = 0;
-            while (::read(accepted.get(), &byte, 1) == 1) {
-                if (byte == 'p') {
-                    report_ready();
-                    continue;
-                }
-                // Only one spare exists at a time, so the byte is from the current one.
-                if (spare > 0) {
-                    handlers.insert(spare);
-                }
-                spare = 0;
-                last_activity = Clock::now();
-                spare_owed = true;
-                spare_due = last_activity + kSpareDelay;
             }
         }
     }

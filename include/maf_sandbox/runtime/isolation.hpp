@@ -67,6 +67,10 @@ struct RootPlan {
     gid_t root_gid = 0;
     uid_t guest_uid = 0;  // host uid of the guest user
     gid_t guest_gid = 0;
+    // Where the writable layer's tmpfs is mounted, in the sandbox's own mount namespace: a
+    // directory every sandbox of a state directory shares (Registry::layer_mount_point), so none
+    // makes a directory of its own for it on the host's file system. Empty: <sandbox_dir>/layer.
+    std::filesystem::path layer_mount_point;
 };
 
 struct MountPlan;  // images.hpp: what an image asks for

@@ -148,6 +148,9 @@ class Registry {
 
     // <state>/sandboxes/<id> (validated id); the runtime keeps its per-sandbox files here.
     std::filesystem::path sandbox_dir(std::string_view id) const;
+    // <state>/mnt: an empty directory on which every sandbox mounts its writable layer, each in
+    // its own mount namespace (RootPlan::layer_mount_point). Made by the first sandbox.
+    std::filesystem::path layer_mount_point() const { return state_dir_ / "mnt"; }
 
     // Creates the sandbox directory and writes the record. Throws InvalidArgument when a record
     // with that id exists.
