@@ -323,6 +323,7 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     config.max_lifetime = launch.max_lifetime;
     config.egress = launch.egress;
     config.egress_operator = launch.egress_operator;
+    config.seccomp = guest_seccomp_program();
     if (launch.egress.mode == Egress::unrestricted) {
         // slirp4netns answers DNS on 10.0.2.3 (forwarding to the host's resolver).
         std::erase_if(config.mounts.files,

@@ -82,6 +82,38 @@ T number(const json::object& in, const char* key) {
     return in.at(key).to_number<T>();
 }
 
+std::string hex_of(const std::vector<sock_filter>& program) {
+    constexpr char kDigits[] = "0123456789abcdef";
+    const auto* bytes = reinterpret_cast<const unsigned char*>(program.data());
+    std::string out;
+    out.reserve(program.size() * sizeof(sock_filter) * 2);
+    for (std::size_t i = 0; i < program.size() * sizeof(sock_filter); ++i) {
+        out.push_back(kDigits[bytes[i] >> 4]);
+        out.push_back(kDigits[bytes[i] & 0xF]);
+    }
+    return out;
+}
+
+std::vector<sock_filter> filter_of_hex(std::string_view hex) {
+    const auto digit = [](char c) -> int {
+        return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    };
+    if (hex.empty() || hex.size() % (2 * sizeof(sock_filter)) != 0) {
+        throw InvalidArgument("the supervisor config's seccomp_bpf is not a whole BPF program");
+    }
+    std::vector<sock_filter> program(hex.size() / (2 * sizeof(sock_filter)));
+    auto* bytes = reinterpret_cast<unsigned char*>(program.data());
+    for (std::size_t i = 0; i < hex.size() / 2; ++i) {
+        const int high = digit(hex[2 * i]);
+        const int low = digit(hex[2 * i + 1]);
+        if (high < 0 || low < 0) {
+            throw InvalidArgument("the supervisor config's seccomp_bpf is not lowercase hex");
+        }
+        bytes[i] = static_cast<unsigned char>(high << 4 | low);
+    }
+    return program;
+}
+
 }  // namespace
 
 json::value to_json(const SupervisorConfig& config) {
@@ -132,6 +164,9 @@ json::value to_json(const SupervisorConfig& config) {
     }
     out["egress"] = config.egress.to_json();
     out["egress_operator"] = config.egress_operator.to_json();
+    if (!config.seccomp.empty()) {
+        out["seccomp_bpf"] = hex_of(config.seccomp);
+    }
     return out;
 }
 
@@ -187,6 +222,9 @@ SupervisorConfig supervisor_config_from_json(const json::value& value) {
     }
     if (const auto* options = in.if_contains("egress_operator")) {
         config.egress_operator = EgressOperatorOptions::from_json(*options);
+    }
+    if (const auto* bpf = in.if_contains("seccomp_bpf")) {
+        config.seccomp = filter_of_hex(bpf->as_string());
     }
     return config;
 }
@@ -487,7 +525,8 @@ int supervisor_main(int argc, char** argv) {
         UniqueFd listener = listen_on(config.socket_path);
         const ExecCgroupParent cgroups =
             ExecCgroupParent::open(config.cgroup_layout, config.delegated_cgroups);
-        const auto& seccomp = guest_seccomp_program();
+        const std::vector<sock_filter> seccomp =
+            config.seccomp.empty() ? guest_seccomp_program() : config.seccomp;
         int go[2];
         if (::pipe2(go, O_CLOEXEC) != 0) {
             throw SystemError(errno, "creating the start pipe");
