@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -190,8 +191,8 @@ void end_pid1(pid_t pid, std::uint64_t start_time, std::chrono::milliseconds tim
 struct SupervisorSpawn {
     char* const* argv;
     char* const* envp;
-    const std::vector<std::string>* join_files;
     int ready_fd;
+    int cgroup_fd;  // becomes kCgroupFd
 };
 
 // Runs in the spawned child, on its own stack but in the caller's memory (CLONE_VM), while the
@@ -200,14 +201,10 @@ int supervisor_child(void* arg) {
     const auto& spawn = *static_cast<const SupervisorSpawn*>(arg);
     // Own session and process group: the terminal's signals for the creator never reach it.
     ::setsid();
-    // Into the sandbox's cgroups before anything else runs (kV1SelfJoinFile: this child has one
-    // thread).
-    for (const auto& file : *spawn.join_files) {
-        const int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
-        if (fd < 0 || ::write(fd, "0", 1) != 1) {
-            ::_exit(111);
-        }
-        ::close(fd);
+    // Out of the way of kReadyFd and kCgroupFd before either is placed.
+    const int cgroup_fd = ::fcntl(spawn.cgroup_fd, F_DUPFD, kCgroupFd + 1);
+    if (cgroup_fd < 0) {
+        ::_exit(111);
     }
     // The caller's signal handlers live in its memory: back to the defaults (as posix_spawn
     // does) before any signal is let through.
@@ -228,7 +225,10 @@ int supervisor_child(void* arg) {
     } else if (::dup2(spawn.ready_fd, kReadyFd) < 0) {
         ::_exit(112);
     }
-    ::syscall(SYS_close_range, kReadyFd + 1, ~0u, 0);
+    if (::dup2(cgroup_fd, kCgroupFd) < 0) {
+        ::_exit(112);
+    }
+    ::syscall(SYS_close_range, kCgroupFd + 1, ~0u, 0);
     const int null = ::open("/dev/null", O_RDWR);
     ::dup2(null, 0);
     ::dup2(null, 1);
@@ -279,28 +279,32 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     handle.guest_host_gid = launch.ids.to_host(launch.guest_gid);
     const uid_t root_uid = launch.ids.to_host(0);
 
-    auto cgroup = SandboxCgroup::create(launch.id, launch.limits, root_uid, root_uid);
-    handle.cgroup_layout = cgroup->layout();
-    handle.cgroups = cgroup->paths();
+    // Made after the supervisor is spawned, while it starts (CgroupPlacement).
+    std::unique_ptr<SandboxCgroup> cgroup;
     // Until the supervisor is ready, a failure takes everything back.
     // The supervisor's host-side half is our child (it exits once the sandbox's PID 1 runs) and
     // is reaped here in every case, after the kill when the launch failed.
     struct Rollback {
-        SandboxCgroup* cgroup;
+        std::unique_ptr<SandboxCgroup>& cgroup;
         pid_t child = -1;
         bool armed = true;
         ~Rollback() {
-            if (armed) {
+            if (armed && cgroup) {
                 try {
                     cgroup->destroy();
                 } catch (...) {
                 }
             }
             if (child > 0) {
+                if (armed) {
+                    // It may not have joined the cgroups yet (CgroupPlacement). Still our
+                    // unreaped child, so the pid cannot have been reused.
+                    ::kill(child, SIGKILL);
+                }
                 ::waitpid(child, nullptr, 0);
             }
         }
-    } rollback{cgroup.get()};
+    } rollback{cgroup};
 
     SupervisorConfig config;
     config.id = launch.id;
@@ -317,8 +321,6 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     config.base_env = guest_env(launch);
     config.default_cwd = launch.default_cwd;
     config.hostname = launch.hostname;
-    config.cgroup_layout = cgroup->layout();
-    config.delegated_cgroups = cgroup->delegated_dirs();
     config.idle_timeout = launch.idle_timeout;
     config.max_lifetime = launch.max_lifetime;
     config.egress = launch.egress;
@@ -343,10 +345,6 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     // Prepared before the spawn: the child only makes async-signal-safe calls.
     const std::string exe = executable.string();
     const std::string config_arg = config_path.string();
-    std::vector<std::string> join_files;
-    for (const auto& file : cgroup->join_files()) {
-        join_files.push_back(file.string());
-    }
     char* const argv[] = {const_cast<char*>(exe.c_str()), const_cast<char*>(config_arg.c_str()),
                           nullptr};
     char* const envp[] = {nullptr};
@@ -357,13 +355,32 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     }
     UniqueFd ready_read(ready[0]);
     UniqueFd ready_write(ready[1]);
-    const SupervisorSpawn spawn{argv, envp, &join_files, ready_write.get()};
+    // A socket, not a pipe: a supervisor that failed before reading must not SIGPIPE us.
+    int placement[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, placement) != 0) {
+        throw SystemError(errno, "creating the supervisor's cgroup channel");
+    }
+    UniqueFd placement_read(placement[0]);
+    UniqueFd placement_write(placement[1]);
+    const SupervisorSpawn spawn{argv, envp, ready_write.get(), placement_read.get()};
     const pid_t child = spawn_supervisor(spawn);
     if (child < 0) {
         throw SystemError(errno, "starting the sandbox's supervisor (clone)");
     }
     rollback.child = child;
     ready_write.reset();
+    placement_read.reset();
+    // Meanwhile the supervisor starts. On failure placement_write closes first (declared after
+    // the rollback): the supervisor gives up and the rollback reaps it.
+    cgroup = SandboxCgroup::create(launch.id, launch.limits, root_uid, root_uid);
+    handle.cgroup_layout = cgroup->layout();
+    handle.cgroups = cgroup->paths();
+    const std::string line =
+        to_line(CgroupPlacement{cgroup->layout(), cgroup->delegated_dirs(), cgroup->join_files()});
+    // A failed send means the supervisor is gone already; its report says why.
+    [[maybe_unused]] const auto sent =
+        ::send(placement_write.get(), line.data(), line.size(), MSG_NOSIGNAL);
+    placement_write.reset();
     const Report report = read_report(ready_read.get(), Clock::now() + launch.ready_timeout);
     if (!report.ready || report.pid <= 0) {
         // The supervisor names the errors that are the caller's to act on (egress, bad input).

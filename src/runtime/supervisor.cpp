@@ -229,6 +229,13 @@ SupervisorConfig supervisor_config_from_json(const json::value& value) {
     return config;
 }
 
+std::string to_line(const CgroupPlacement& placement) {
+    const json::object out{{"layout", to_string(placement.layout)},
+                           {"delegated", paths(placement.delegated)},
+                           {"join_files", paths(placement.join_files)}};
+    return json::serialize(out) + "\n";
+}
+
 fs::path supervisor_executable() {
     constexpr const char* kName = "maf-sandbox-supervisor";
     std::error_code ec;
@@ -486,6 +493,34 @@ void report(std::string_view line) {
     }
 }
 
+// Waits for the launcher's CgroupPlacement on kCgroupFd, joins it (this process has one thread:
+// the join file moves only the writer) and records it in the config.
+void join_placed_cgroups(SupervisorConfig& config) {
+    std::string line;
+    char chunk[512];
+    while (line.find('\n') == std::string::npos) {
+        const ssize_t n = ::read(kCgroupFd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            throw SystemError(n == 0 ? EPIPE : errno,
+                              "receiving the sandbox's cgroups from the launcher (it gave up)");
+        }
+        line.append(chunk, static_cast<std::size_t>(n));
+    }
+    ::close(kCgroupFd);
+    const auto placement = json::parse(line.substr(0, line.find('\n'))).as_object();
+    config.cgroup_layout = parse_cgroup_layout(placement.at("layout").as_string());
+    config.delegated_cgroups = paths_from(placement.at("delegated"));
+    for (const auto& file : paths_from(placement.at("join_files"))) {
+        UniqueFd fd(::open(file.c_str(), O_WRONLY | O_CLOEXEC));
+        if (!fd || ::write(fd.get(), "0", 1) != 1) {
+            throw SystemError(errno, fmt::format("joining the sandbox's cgroup {}", file.string()));
+        }
+    }
+}
+
 UniqueFd listen_on(const fs::path& socket_path) {
     ::unlink(socket_path.c_str());
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -517,12 +552,20 @@ int supervisor_main(int argc, char** argv) {
         std::ifstream in(argv[1]);
         std::stringstream text;
         text << in.rdbuf();
-        const SupervisorConfig config = supervisor_config_from_json(json::parse(text.str()));
+        SupervisorConfig config = supervisor_config_from_json(json::parse(text.str()));
+        // The egress proxy, forked below, must be inside the sandbox's cgroups (limits, kill).
+        const bool joins_first = config.egress.mode != Egress::closed;
+        if (joins_first) {
+            join_placed_cgroups(config);
+        }
         // First, while this process is still in the host's mount namespace: the egress proxy
         // forked here never sees the sandbox's mounts.
         GuestNetwork network = GuestNetwork::prepare(config);
         const fs::path root = prepare_root(config.mounts, config.sandbox_dir);
         UniqueFd listener = listen_on(config.socket_path);
+        if (!joins_first) {
+            join_placed_cgroups(config);
+        }
         const ExecCgroupParent cgroups =
             ExecCgroupParent::open(config.cgroup_layout, config.delegated_cgroups);
         const std::vector<sock_filter> seccomp =
