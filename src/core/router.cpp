@@ -70,15 +70,6 @@ std::vector<std::string> method_scoped_rules(const SandboxSpec& spec) {
 
 }  // namespace
 
-bool is_method_scoped_egress_rule(std::string_view rule) {
-    const auto first = rule.find_first_not_of(" \t");
-    const auto last = rule.find_last_not_of(" \t");
-    if (first == std::string_view::npos) {
-        return false;
-    }
-    return rule.substr(first, last - first + 1).find_first_of(" \t") != std::string_view::npos;
-}
-
 SandboxRouter::SandboxRouter(std::vector<std::shared_ptr<SandboxBackend>> backends,
                              SandboxRouterOptions options)
     : backends_(std::move(backends)), options_(std::move(options)) {

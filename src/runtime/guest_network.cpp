@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <netinet/in.h>
+#include <nss.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -188,6 +189,10 @@ std::string last_line_of(const fs::path& log) {
         close_fds_except({channel, lifetime, sandbox_dir, hosts});
         ::signal(SIGPIPE, SIG_IGN);
         ::prctl(PR_SET_NAME, "maf-egress-proxy", 0, 0, 0);
+        // Host names resolve through /etc/hosts and DNS only, whatever nsswitch.conf lists: glibc
+        // has those two built in, so the supervisor, a static executable, never loads a shared
+        // NSS module into this process (one from another glibc build would crash it).
+        ::__nss_configure_lookup("hosts", "files dns");
         // The guest's own host ids: unprivileged, and mapped to nothing outside the sandbox.
         const uid_t uid = config.mounts.guest_uid == 0 ? kNobody : config.mounts.guest_uid;
         const gid_t gid = config.mounts.guest_gid == 0 ? kNobody : config.mounts.guest_gid;
