@@ -71,6 +71,9 @@ void bring_up_loopback() {
     if (::ioctl(sock.get(), SIOCGIFFLAGS, &request) != 0) {
         throw SystemError(errno, "reading the flags of the sandbox's loopback interface");
     }
+    if ((request.ifr_flags & IFF_UP) != 0) {
+        return;  // made up by the host (PendingLoopbackNamespace), which the sandbox cannot change
+    }
     request.ifr_flags |= IFF_UP | IFF_RUNNING;
     if (::ioctl(sock.get(), SIOCSIFFLAGS, &request) != 0) {
         throw SystemError(errno, "bringing the sandbox's loopback interface up");

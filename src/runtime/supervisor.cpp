@@ -6,6 +6,7 @@
 #include <grp.h>
 #include <malloc.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -28,6 +30,7 @@
 
 #include "exec_server.hpp"
 #include "guest_network.hpp"
+#include "loopback_namespace.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
@@ -553,6 +556,11 @@ int supervisor_main(int argc, char** argv) {
         std::stringstream text;
         text << in.rdbuf();
         SupervisorConfig config = supervisor_config_from_json(json::parse(text.str()));
+        // Closed egress: the network namespace is made beside the mounts (loopback_namespace.hpp).
+        std::optional<PendingLoopbackNamespace> loopback;
+        if (config.egress.mode == Egress::closed) {
+            loopback.emplace(PendingLoopbackNamespace::start());
+        }
         // The egress proxy, forked below, must be inside the sandbox's cgroups (limits, kill).
         const bool joins_first = config.egress.mode != Egress::closed;
         if (joins_first) {
@@ -574,7 +582,16 @@ int supervisor_main(int argc, char** argv) {
         if (::pipe2(go, O_CLOEXEC) != 0) {
             throw SystemError(errno, "creating the start pipe");
         }
-        const pid_t child = clone_with_namespaces(sandbox_namespace_flags());
+        unsigned long namespaces = sandbox_namespace_flags();
+        if (loopback) {
+            // PID 1 inherits it from us instead of a network namespace of its own.
+            const UniqueFd ns = loopback->take();
+            if (::setns(ns.get(), CLONE_NEWNET) != 0) {
+                throw SystemError(errno, "entering the sandbox's network namespace");
+            }
+            namespaces &= ~static_cast<unsigned long>(CLONE_NEWNET);
+        }
+        const pid_t child = clone_with_namespaces(namespaces);
         if (child == 0) {
             ::close(go[1]);
             sandbox_init(config, root, listener.get(), cgroups, seccomp, network, go[0]);
