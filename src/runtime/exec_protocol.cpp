@@ -40,20 +40,13 @@ bool write_all(int fd, const char* data, std::size_t size) noexcept {
     return true;
 }
 
-}  // namespace
-
-bool write_frame(int fd, char type, std::string_view payload) noexcept {
-    char header[5];
-    header[0] = type;
-    const auto size = static_cast<std::uint32_t>(payload.size());
-    for (int i = 0; i < 4; ++i) {
-        header[1 + i] = static_cast<char>((size >> (8 * i)) & 0xFF);
-    }
-    // (perf) Header and payload in one sendmsg, so the peer wakes once per frame, not twice.
-    iovec parts[2] = {{header, sizeof header}, {const_cast<char*>(payload.data()), payload.size()}};
+// (perf) Both parts in one sendmsg, so the peer wakes once, not twice.
+bool send_both(int fd, std::string_view first, std::string_view second) noexcept {
+    iovec parts[2] = {{const_cast<char*>(first.data()), first.size()},
+                      {const_cast<char*>(second.data()), second.size()}};
     msghdr message{};
     message.msg_iov = parts;
-    message.msg_iovlen = payload.empty() ? 1 : 2;
+    message.msg_iovlen = second.empty() ? 1 : 2;
     ssize_t n = 0;
     do {
         n = ::sendmsg(fd, &message, MSG_NOSIGNAL);
@@ -63,29 +56,63 @@ bool write_frame(int fd, char type, std::string_view payload) noexcept {
     }
     // A short send (a large payload, a full socket buffer): the rest the plain way.
     const auto sent = static_cast<std::size_t>(n);
-    if (sent < sizeof header) {
-        return write_all(fd, header + sent, sizeof header - sent) &&
-               write_all(fd, payload.data(), payload.size());
+    if (sent < first.size()) {
+        return write_all(fd, first.data() + sent, first.size() - sent) &&
+               write_all(fd, second.data(), second.size());
     }
-    const auto done = sent - sizeof header;
-    return write_all(fd, payload.data() + done, payload.size() - done);
+    const auto done = sent - first.size();
+    return write_all(fd, second.data() + done, second.size() - done);
+}
+
+}  // namespace
+
+std::array<char, kFrameHeaderBytes> frame_header(char type, std::uint32_t payload_size) noexcept {
+    std::array<char, kFrameHeaderBytes> header{};
+    header[0] = type;
+    for (int i = 0; i < 4; ++i) {
+        header[1 + i] = static_cast<char>((payload_size >> (8 * i)) & 0xFF);
+    }
+    return header;
+}
+
+std::uint32_t frame_payload_size(const char* header) noexcept {
+    std::uint32_t size = 0;
+    for (int i = 0; i < 4; ++i) {
+        size |= static_cast<std::uint32_t>(static_cast<unsigned char>(header[1 + i])) << (8 * i);
+    }
+    return size;
+}
+
+bool write_frame(int fd, char type, std::string_view payload) noexcept {
+    const auto header = frame_header(type, static_cast<std::uint32_t>(payload.size()));
+    return send_both(fd, std::string_view(header.data(), header.size()), payload);
 }
 
 bool read_frame(int fd, char& type, std::string& payload, std::uint32_t max_payload) {
-    unsigned char header[5];
-    if (!detail::read_exact(fd, reinterpret_cast<char*>(header), sizeof header)) {
+    char header[kFrameHeaderBytes];
+    if (!detail::read_exact(fd, header, sizeof header)) {
         return false;
     }
-    type = static_cast<char>(header[0]);
-    std::uint32_t size = 0;
-    for (int i = 0; i < 4; ++i) {
-        size |= static_cast<std::uint32_t>(header[1 + i]) << (8 * i);
-    }
+    type = header[0];
+    const auto size = frame_payload_size(header);
     if (size > max_payload) {
         return false;
     }
     payload.resize(size);
     return detail::read_exact(fd, payload.data(), size);
+}
+
+std::string request_prefix(const ExecCall& call) {
+    const auto request = json::serialize(to_json(call));
+    const auto request_header = frame_header(kRequest, static_cast<std::uint32_t>(request.size()));
+    const auto stdin_header =
+        frame_header(kStdin, static_cast<std::uint32_t>(call.stdin_bytes.size()));
+    std::string prefix;
+    prefix.reserve(2 * kFrameHeaderBytes + request.size());
+    prefix.append(request_header.data(), request_header.size());
+    prefix += request;
+    prefix.append(stdin_header.data(), stdin_header.size());
+    return prefix;
 }
 
 json::value to_json(const ExecCall& call) {
@@ -177,9 +204,7 @@ void apply_result_json(const json::value& value, ExecReply& reply) {
 
 }  // namespace exec_wire
 
-namespace {
-
-void validate(const ExecCall& call) {
+void validate_exec_call(const ExecCall& call) {
     const auto refuse_nul = [](std::string_view text, std::string_view what) {
         if (text.find('\0') != std::string_view::npos) {
             throw InvalidArgument(
@@ -211,19 +236,7 @@ void validate(const ExecCall& call) {
     }
 }
 
-[[noreturn]] void unreachable(const std::filesystem::path& socket, const std::string& what) {
-    throw SandboxOutputUnreachable(fmt::format(
-        "the sandbox's supervisor at {} {}; the sandbox may have expired or been disposed: "
-        "acquire it again",
-        socket.string(), what));
-}
-
-}  // namespace
-
-ExecReply call_exec(const std::filesystem::path& socket, const ExecCall& call,
-                    std::chrono::milliseconds grace) {
-    validate(call);
-    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+sockaddr_un supervisor_address(const std::filesystem::path& socket) {
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
     const auto path = socket.string();
@@ -231,16 +244,73 @@ ExecReply call_exec(const std::filesystem::path& socket, const ExecCall& call,
         throw InvalidArgument(fmt::format("the supervisor socket path {} is too long", path));
     }
     std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-    if (!fd || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-        unreachable(socket, fmt::format("refused the connection ({})", std::strerror(errno)));
+    return address;
+}
+
+void throw_exec_link_failure(const std::filesystem::path& socket, ExecLinkFailure failure,
+                             std::string_view detail) {
+    std::string what;
+    switch (failure) {
+        case ExecLinkFailure::refused:
+            what = fmt::format("refused the connection ({})", detail);
+            break;
+        case ExecLinkFailure::hung_up_on_request:
+            what = "hung up while receiving the request";
+            break;
+        case ExecLinkFailure::hung_up:
+            what = "hung up during the exec";
+            break;
+        case ExecLinkFailure::no_answer:
+            what = "did not answer within the exec's timeout plus a grace period";
+            break;
+        case ExecLinkFailure::malformed_result:
+            what = fmt::format("sent a malformed result ({})", detail);
+            break;
     }
-    if (!exec_wire::write_frame(fd.get(), exec_wire::kRequest,
-                                json::serialize(exec_wire::to_json(call))) ||
-        !exec_wire::write_frame(fd.get(), exec_wire::kStdin, call.stdin_bytes)) {
-        unreachable(socket, "hung up while receiving the request");
+    throw SandboxOutputUnreachable(fmt::format(
+        "the sandbox's supervisor at {} {}; the sandbox may have expired or been disposed: "
+        "acquire it again",
+        socket.string(), what));
+}
+
+ExecReplyCollector::ExecReplyCollector(std::filesystem::path socket, std::uint64_t max_output_bytes)
+    : socket_(std::move(socket)), max_output_bytes_(max_output_bytes) {}
+
+bool ExecReplyCollector::take(char type, std::string_view payload) {
+    // The supervisor never sends more than the cap; the checks keep a confused peer bounded.
+    if (type == exec_wire::kStdout) {
+        if (reply_.stdout_head.size() + payload.size() <= max_output_bytes_) {
+            reply_.stdout_head += payload;
+        }
+    } else if (type == exec_wire::kStderr) {
+        if (reply_.stderr_head.size() + payload.size() <= max_output_bytes_) {
+            reply_.stderr_head += payload;
+        }
+    } else if (type == exec_wire::kResult) {
+        try {
+            exec_wire::apply_result_json(json::parse(payload), reply_);
+        } catch (const std::exception& e) {
+            throw_exec_link_failure(socket_, ExecLinkFailure::malformed_result, e.what());
+        }
+        return true;
+    }
+    return false;
+}
+
+ExecReply call_exec(const std::filesystem::path& socket, const ExecCall& call,
+                    std::chrono::milliseconds grace) {
+    validate_exec_call(call);
+    const auto address = supervisor_address(socket);
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd ||
+        ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+        throw_exec_link_failure(socket, ExecLinkFailure::refused, std::strerror(errno));
+    }
+    if (!exec_wire::send_both(fd.get(), exec_wire::request_prefix(call), call.stdin_bytes)) {
+        throw_exec_link_failure(socket, ExecLinkFailure::hung_up_on_request);
     }
     const auto deadline = std::chrono::steady_clock::now() + call.timeout + grace;
-    ExecReply reply;
+    ExecReplyCollector collector(socket, call.max_output_bytes);
     std::string payload;
     for (;;) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -252,28 +322,14 @@ ExecReply call_exec(const std::filesystem::path& socket, const ExecCall& call,
             continue;
         }
         if (ready == 0) {
-            unreachable(socket, "did not answer within the exec's timeout plus a grace period");
+            throw_exec_link_failure(socket, ExecLinkFailure::no_answer);
         }
         char type = 0;
         if (!exec_wire::read_frame(fd.get(), type, payload, exec_wire::kMaxRequestBytes)) {
-            unreachable(socket, "hung up during the exec");
+            throw_exec_link_failure(socket, ExecLinkFailure::hung_up);
         }
-        // The supervisor never sends more than the cap; the checks keep a confused peer bounded.
-        if (type == exec_wire::kStdout) {
-            if (reply.stdout_head.size() + payload.size() <= call.max_output_bytes) {
-                reply.stdout_head += payload;
-            }
-        } else if (type == exec_wire::kStderr) {
-            if (reply.stderr_head.size() + payload.size() <= call.max_output_bytes) {
-                reply.stderr_head += payload;
-            }
-        } else if (type == exec_wire::kResult) {
-            try {
-                exec_wire::apply_result_json(json::parse(payload), reply);
-            } catch (const std::exception& e) {
-                unreachable(socket, fmt::format("sent a malformed result ({})", e.what()));
-            }
-            return reply;
+        if (collector.take(type, payload)) {
+            return std::move(collector.reply());
         }
     }
 }

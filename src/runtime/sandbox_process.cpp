@@ -434,11 +434,18 @@ UniqueFd open_sandbox_root(const SandboxHandle& handle) {
     return fd;
 }
 
+OomKillWatch::OomKillWatch(const SandboxHandle& handle)
+    : cgroup_(SandboxCgroup::attach(handle.cgroup_layout, handle.cgroups)),
+      before_(cgroup_->oom_kills()) {}
+
+std::uint64_t OomKillWatch::kills_since_start() const {
+    return cgroup_->oom_kills() - before_;
+}
+
 ExecReply exec_in_sandbox(const SandboxHandle& handle, const ExecCall& call) {
-    const auto cgroup = SandboxCgroup::attach(handle.cgroup_layout, handle.cgroups);
-    const auto before = cgroup->oom_kills();
+    const OomKillWatch oom(handle);
     ExecReply reply = call_exec(handle.socket, call);
-    reply.oom_kills = cgroup->oom_kills() - before;
+    reply.oom_kills = oom.kills_since_start();
     return reply;
 }
 

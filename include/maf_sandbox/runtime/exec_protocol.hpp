@@ -8,6 +8,9 @@
 // connection early kills the exec's whole process tree.
 #pragma once
 
+#include <sys/un.h>
+
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -60,12 +63,64 @@ struct ExecReply {
     }
 };
 
+// How long a host waits past an exec's own timeout (which the supervisor enforces) before it
+// gives up on the supervisor and closes the connection.
+inline constexpr std::chrono::milliseconds kExecGrace{5000};
+
 // Runs one exec against the supervisor listening on `socket` and blocks until it finishes. The
 // supervisor enforces `call.timeout`; this side gives up `grace` later (closing the connection,
 // which kills the tree). Throws SandboxOutputUnreachable when the supervisor cannot be reached or
 // hangs up, InvalidArgument when the call itself is malformed (NUL in argv or env, a relative cwd).
+// LocalSandbox runs the same exchange without blocking (maf_sandbox/local/exec_client.hpp).
 ExecReply call_exec(const std::filesystem::path& socket, const ExecCall& call,
-                    std::chrono::milliseconds grace = std::chrono::seconds(5));
+                    std::chrono::milliseconds grace = kExecGrace);
+
+// --- Shared by every host-side client of the wire (blocking here, asynchronous in LocalSandbox),
+// so that each refuses, words its errors and caps output the same way. ---------------------------
+
+// Throws InvalidArgument when the call is malformed: an empty argv, a NUL byte in the command,
+// working directory or environment, a relative working directory, an empty environment name or
+// one with '='. Checked before connecting.
+void validate_exec_call(const ExecCall& call);
+
+// The address of the supervisor's socket. Throws InvalidArgument when the path is too long.
+sockaddr_un supervisor_address(const std::filesystem::path& socket);
+
+// How an exec's conversation with the supervisor failed; each has one wording.
+enum class ExecLinkFailure {
+    // Connecting failed (detail: the system's reason).
+    refused,
+    // The connection broke while the request was sent.
+    hung_up_on_request,
+    // The connection broke, or the peer announced a frame larger than the wire allows.
+    hung_up,
+    // No result within the exec's timeout plus the grace period.
+    no_answer,
+    // The result frame did not parse (detail: why).
+    malformed_result,
+};
+
+// Throws SandboxOutputUnreachable naming the socket, what failed and what to do (acquire the
+// sandbox again).
+[[noreturn]] void throw_exec_link_failure(const std::filesystem::path& socket,
+                                          ExecLinkFailure failure, std::string_view detail = {});
+
+// The host's reading of the supervisor's answer, frame by frame, however the frames are read:
+// keeps at most `max_output_bytes` of each stream (a chunk that would pass the cap is dropped;
+// the totals in the result still count it) and completes the reply at the result frame.
+class ExecReplyCollector {
+  public:
+    ExecReplyCollector(std::filesystem::path socket, std::uint64_t max_output_bytes);
+    // True once the result frame arrived: reply() is then complete. Frames of unknown type are
+    // ignored. Throws SandboxOutputUnreachable (malformed_result) when the result does not parse.
+    bool take(char type, std::string_view payload);
+    ExecReply& reply() noexcept { return reply_; }
+
+  private:
+    std::filesystem::path socket_;
+    std::uint64_t max_output_bytes_;
+    ExecReply reply_;
+};
 
 namespace exec_wire {
 
@@ -77,6 +132,16 @@ inline constexpr char kResult = 'X';
 // Largest request header and stdin the supervisor accepts.
 inline constexpr std::uint32_t kMaxRequestBytes = 4u << 20;
 inline constexpr std::uint32_t kMaxStdinBytes = 1u << 30;
+
+inline constexpr std::size_t kFrameHeaderBytes = 5;
+
+// A frame's header: the type byte, then the payload size (little-endian).
+std::array<char, kFrameHeaderBytes> frame_header(char type, std::uint32_t payload_size) noexcept;
+// The payload size a header announces (its type is header[0]).
+std::uint32_t frame_payload_size(const char* header) noexcept;
+// What a host sends ahead of the stdin bytes: the whole request frame and the stdin frame's
+// header. The stdin bytes follow as they are (never copied into one buffer with the rest).
+std::string request_prefix(const ExecCall& call);
 
 // Blocking; EINTR-safe. write_frame returns false when the peer is gone.
 bool write_frame(int fd, char type, std::string_view payload) noexcept;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -84,6 +85,19 @@ UniqueFd open_sandbox_root(const SandboxHandle& handle);
 
 // call_exec plus the OOM-kill count of this exec (from the sandbox's memory cgroup).
 ExecReply exec_in_sandbox(const SandboxHandle& handle, const ExecCall& call);
+
+// The sandbox's OOM kills from construction on (its memory cgroup's count, a small file read), so
+// that an exec reports the kills that happened while it ran: constructed before the request is
+// sent, read after the result. Every exec client uses it, blocking or not.
+class OomKillWatch {
+  public:
+    explicit OomKillWatch(const SandboxHandle& handle);
+    std::uint64_t kills_since_start() const;
+
+  private:
+    std::unique_ptr<SandboxCgroup> cgroup_;
+    std::uint64_t before_;
+};
 
 // --- Egress -------------------------------------------------------------------------------------
 
