@@ -225,13 +225,16 @@ struct LocalBackend::Impl {
             launch.max_lifetime = config.max_lifetime;
             launch.egress = policy;
             launch.egress_operator = config.egress_operator;
+            // Recorded as running while the sandbox's PID 1 finishes its set-up.
+            launch.on_started = [&](const runtime::SandboxHandle& started) {
+                record.supervisor = {started.pid, started.start_time};
+                record.runtime = started.runtime_json();
+                record.runtime["work_dir"] = work_dir;
+                record.runtime["egress_policy"] = policy.to_json();
+                record.state = runtime::SandboxState::running;
+                registry.update(record);
+            };
             const auto handle = runtime::launch_sandbox(launch);
-            record.supervisor = {handle.pid, handle.start_time};
-            record.runtime = handle.runtime_json();
-            record.runtime["work_dir"] = work_dir;
-            record.runtime["egress_policy"] = policy.to_json();
-            record.state = runtime::SandboxState::running;
-            registry.update(record);
             index_key(registry, labels, record.id);
             return wrap(handle, work_dir);
         } catch (...) {

@@ -97,7 +97,8 @@ struct Report {
     std::string error;
 };
 
-Report read_report(int fd, Clock::time_point deadline) {
+// `on_pid` runs when the "pid" line arrives, before "ready" is awaited.
+Report read_report(int fd, Clock::time_point deadline, const std::function<void(pid_t)>& on_pid) {
     Report report;
     std::string buffer;
     for (;;) {
@@ -107,6 +108,7 @@ Report read_report(int fd, Clock::time_point deadline) {
             buffer.erase(0, newline + 1);
             if (line.starts_with("pid ")) {
                 report.pid = std::stoi(line.substr(4));
+                on_pid(report.pid);
             } else if (line == "ready") {
                 report.ready = true;
                 return report;
@@ -381,7 +383,21 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     [[maybe_unused]] const auto sent =
         ::send(placement_write.get(), line.data(), line.size(), MSG_NOSIGNAL);
     placement_write.reset();
-    const Report report = read_report(ready_read.get(), Clock::now() + launch.ready_timeout);
+    const auto started = [&](pid_t pid) {
+        const auto start = live_process_start_time(pid);
+        if (!start) {
+            throw SystemError(
+                ESRCH,
+                fmt::format("the supervisor of sandbox {} exited right after starting", launch.id));
+        }
+        handle.pid = pid;
+        handle.start_time = *start;
+        if (launch.on_started) {
+            launch.on_started(handle);
+        }
+    };
+    const Report report =
+        read_report(ready_read.get(), Clock::now() + launch.ready_timeout, started);
     if (!report.ready || report.pid <= 0) {
         // The supervisor names the errors that are the caller's to act on (egress, bad input).
         constexpr std::string_view kEgressRefusal = "SandboxEgressNotEnforced: ";
@@ -397,14 +413,6 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
                                       report.error.empty() ? "no report" : report.error),
                           "run as root on a kernel with user namespaces, overlayfs and cgroups");
     }
-    const auto start = live_process_start_time(report.pid);
-    if (!start) {
-        throw SystemError(
-            ESRCH,
-            fmt::format("the supervisor of sandbox {} exited right after starting", launch.id));
-    }
-    handle.pid = report.pid;
-    handle.start_time = *start;
     rollback.armed = false;
     return handle;  // the rollback reaps the host-side half, which is exiting by now
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,8 @@
 #include "maf_sandbox/runtime/unique_fd.hpp"
 
 namespace maf_sandbox::runtime {
+
+struct SandboxHandle;
 
 struct SandboxLaunch {
     std::string id;                     // names the cgroups (maf-sbx-<id>)
@@ -44,6 +47,10 @@ struct SandboxLaunch {
     // loopback; the operator options reach only the proxy, never the guest.
     EgressPolicy egress;
     EgressOperatorOptions egress_operator;
+    // (perf, cold acquire) Called with the complete handle once the sandbox's PID 1 exists and
+    // before it reports ready, so the caller's bookkeeping (LocalBackend's record) overlaps PID 1's
+    // own set-up. If the launch then fails, launch_sandbox still throws and takes everything back.
+    std::function<void(const SandboxHandle&)> on_started;
 };
 
 // Everything needed to reach a sandbox again, from any process.
