@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -47,7 +48,8 @@ struct CgroupPlacement {
     std::vector<std::filesystem::path> delegated;   // SupervisorConfig::delegated_cgroups
     std::vector<std::filesystem::path> join_files;  // SandboxCgroup::join_files
 };
-std::string to_line(const CgroupPlacement& placement);  // JSON, then a newline
+std::string to_line(const CgroupPlacement& placement);              // JSON, then a newline
+CgroupPlacement cgroup_placement_from_line(std::string_view line);  // throws on bad JSON
 
 struct SupervisorConfig {
     std::string id;
