@@ -381,8 +381,7 @@ int supervisor_main(int argc, char** argv) {
         }
         const ExecCgroupParent cgroups =
             ExecCgroupParent::open(config.cgroup_layout, config.delegated_cgroups);
-        const std::vector<sock_filter> seccomp =
-            config.seccomp.empty() ? guest_seccomp_program() : config.seccomp;
+        const std::vector<sock_filter>& seccomp = config.seccomp;
         int go[2];
         if (::pipe2(go, O_CLOEXEC) != 0) {
             throw SystemError(errno, "creating the start pipe");

@@ -131,9 +131,7 @@ json::value to_json(const SupervisorConfig& config) {
     }
     out["egress"] = config.egress.to_json();
     out["egress_operator"] = config.egress_operator.to_json();
-    if (!config.seccomp.empty()) {
-        out["seccomp_bpf"] = hex_of(config.seccomp);
-    }
+    out["seccomp_bpf"] = hex_of(config.seccomp);
     return out;
 }
 
@@ -190,9 +188,7 @@ SupervisorConfig supervisor_config_from_json(const json::value& value) {
     if (const auto* options = in.if_contains("egress_operator")) {
         config.egress_operator = EgressOperatorOptions::from_json(*options);
     }
-    if (const auto* bpf = in.if_contains("seccomp_bpf")) {
-        config.seccomp = filter_of_hex(bpf->as_string());
-    }
+    config.seccomp = filter_of_hex(in.at("seccomp_bpf").as_string());
     return config;
 }
 

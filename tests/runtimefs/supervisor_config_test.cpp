@@ -16,6 +16,7 @@ SupervisorConfig sample_config() {
     config.sandbox_dir = "/var/lib/maf-sandbox/sandboxes/0123456789abcdef0123456789abcdef";
     config.socket_path = config.sandbox_dir / "exec.sock";
     config.mounts.layer_mount_point = "/var/lib/maf-sandbox/mnt";
+    config.seccomp = guest_seccomp_program();
     return config;
 }
 
@@ -24,16 +25,16 @@ bool same_program(const std::vector<sock_filter>& a, const std::vector<sock_filt
 }
 
 TEST(SupervisorConfig, CarriesTheLaunchersCompiledSeccompFilterUnchanged) {
-    auto config = sample_config();
-    config.seccomp = guest_seccomp_program();
+    const auto config = sample_config();
     const auto back = supervisor_config_from_json(to_json(config));
     EXPECT_TRUE(same_program(back.seccomp, guest_seccomp_program()));
     EXPECT_EQ(back.mounts.layer_mount_point, config.mounts.layer_mount_point);
 }
 
-TEST(SupervisorConfig, WithoutAFilterLeavesItToTheSupervisor) {
-    const auto back = supervisor_config_from_json(to_json(sample_config()));
-    EXPECT_TRUE(back.seccomp.empty());
+TEST(SupervisorConfig, WithoutAFilterIsRefusedNeverRunUnfiltered) {
+    auto json = to_json(sample_config());
+    json.as_object().erase("seccomp_bpf");
+    EXPECT_ANY_THROW(supervisor_config_from_json(json));
 }
 
 TEST(SupervisorConfig, RefusesAFilterThatIsNotWholeInstructionsOfHex) {

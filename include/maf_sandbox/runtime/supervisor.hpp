@@ -73,7 +73,7 @@ struct SupervisorConfig {
     EgressOperatorOptions egress_operator;
     // (perf, cold acquire) The guest's seccomp filter as BPF, compiled once per launching process
     // (guest_seccomp_program) instead of by every supervisor at start (0.2-0.3 ms of libseccomp
-    // here). Empty in a config from elsewhere: the supervisor compiles it itself.
+    // here). Required: a config without it is refused, never run unfiltered.
     std::vector<sock_filter> seccomp;
 };
 
