@@ -156,6 +156,24 @@ std::optional<std::string> read_small_file(const fs::path& file) {
     return read_fd_all(fd.get());
 }
 
+std::uint64_t read_oom_kill_count(const fs::path& file) {
+    const auto text = file.empty() ? std::nullopt : read_small_file(file);
+    if (!text) {
+        return 0;
+    }
+    // At the start of a line: v1's memory.oom_control also has "under_oom".
+    static constexpr std::string_view kKey = "oom_kill ";
+    for (std::size_t at = text->find(kKey); at != std::string::npos;
+         at = text->find(kKey, at + 1)) {
+        if (at == 0 || (*text)[at - 1] == '\n') {
+            std::uint64_t count = 0;
+            std::from_chars(text->data() + at + kKey.size(), text->data() + text->size(), count);
+            return count;
+        }
+    }
+    return 0;
+}
+
 std::string own_cgroup(std::string_view controller) {
     std::ifstream in("/proc/self/cgroup");
     std::string line;

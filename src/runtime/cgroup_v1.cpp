@@ -90,17 +90,9 @@ class CgroupV1 final : public SandboxCgroup {
         return dirs;
     }
 
-    std::uint64_t oom_kills() const override {
+    fs::path oom_kill_count_file() const override {
         const auto memory = find("memory");
-        if (!memory) {
-            return 0;
-        }
-        const auto text = read_small_file(*memory / "memory.oom_control");
-        if (!text) {
-            return 0;
-        }
-        const auto at = text->find("oom_kill ");
-        return at == std::string::npos ? 0 : std::stoull(text->substr(at + 9));
+        return memory ? *memory / "memory.oom_control" : fs::path();
     }
 
     void kill_all() override {

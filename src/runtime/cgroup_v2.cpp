@@ -45,14 +45,7 @@ class CgroupV2 final : public SandboxCgroup {
     std::vector<fs::path> join_files() const override { return {dir_ / "cgroup.procs"}; }
     std::vector<fs::path> delegated_dirs() const override { return {dir_}; }
 
-    std::uint64_t oom_kills() const override {
-        const auto text = read_small_file(dir_ / "memory.events");
-        if (!text) {
-            return 0;
-        }
-        const auto at = text->find("oom_kill ");
-        return at == std::string::npos ? 0 : std::stoull(text->substr(at + 9));
-    }
+    fs::path oom_kill_count_file() const override { return dir_ / "memory.events"; }
 
     void kill_all() override {
         using namespace std::chrono_literals;

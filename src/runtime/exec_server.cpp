@@ -45,6 +45,15 @@ constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
 constexpr auto kDrainWindow = std::chrono::milliseconds(200);
 constexpr auto kDrainQuiet = std::chrono::milliseconds(20);
 
+// What a guest process that accepted a connection itself says when it hands the connection to its
+// handler (with the descriptor, SCM_RIGHTS).
+constexpr char kLaunching = 'L';    // it read the request and is starting the program
+constexpr char kAwaitLaunch = 'W';  // it could not: the handler is to read it and send the launch
+
+// The most of a request a guest process reads ahead of the handler (argv, environment, cwd and the
+// rest of the request's JSON); a larger one is left to the handler, which reads it whole.
+constexpr std::size_t kPeekBytes = 16 * 1024;
+
 // Why the child could not reach execve, sent over a close-on-exec pipe.
 struct ChildFailure {
     int stage;  // 0 join cgroup, 1 ids, 2 caps, 3 chdir, 5 exec, 6 oom score (4 is unused)
@@ -125,6 +134,107 @@ bool decode(std::string_view in, Launch& launch) {
     return true;
 }
 
+// The guest's argv, environment, candidates for argv[0] and working directory for `call`.
+Launch launch_for(const ExecCall& call, const SupervisorConfig& config) {
+    Launch launch;
+    launch.argv =
+        std::holds_alternative<std::string>(call.command)
+            ? std::vector<std::string>{"/bin/sh", "-c", std::get<std::string>(call.command)}
+            : std::get<std::vector<std::string>>(call.command);
+    if (launch.argv.empty()) {
+        throw std::invalid_argument("the command is empty: give at least the program to run");
+    }
+    std::map<std::string, std::string> env(config.base_env.begin(), config.base_env.end());
+    for (const auto& [key, value] : call.env) {
+        env[key] = value;
+    }
+    for (const auto& [key, value] : env) {
+        launch.env.push_back(key + "=" + value);
+    }
+    const auto& program = launch.argv[0];
+    if (program.find('/') != std::string::npos) {
+        launch.candidates.push_back(program);
+    } else {
+        const std::string search = env.count("PATH") ? env["PATH"] : std::string(kDefaultPath);
+        std::string_view path = search;
+        while (true) {
+            const auto colon = path.find(':');
+            const auto dir = path.substr(0, colon);
+            launch.candidates.push_back(fmt::format("{}/{}", dir.empty() ? "." : dir, program));
+            if (colon == std::string_view::npos) {
+                break;
+            }
+            path.remove_prefix(colon + 1);
+        }
+    }
+    launch.cwd = call.cwd.empty() ? config.default_cwd : call.cwd;
+    return launch;
+}
+
+// The launch for a request frame (header first) found at the start of `bytes`. False when the
+// frame is not all there or not valid.
+bool launch_from_frame(std::string_view bytes, const SupervisorConfig& config, Launch& launch) {
+    const auto header = exec_wire::kFrameHeaderBytes;
+    if (bytes.size() < header || bytes[0] != exec_wire::kRequest) {
+        return false;
+    }
+    const auto size = exec_wire::frame_payload_size(bytes.data());
+    if (size > bytes.size() - header) {
+        return false;
+    }
+    try {
+        launch = launch_for(exec_wire::exec_call_from_json(json::parse(bytes.substr(header, size))),
+                            config);
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+// Where a guest process that accepts its own connection reads the request ahead of the handler.
+// (perf) Made ready before the connection comes: a page first written by this process (a forked
+// copy of its handler) costs a copy-on-write or zero-fill fault, about 3 us each on this kind of
+// virtual machine, and reading a request the first time took 35 of them (~120 us). So the buffer
+// is written once here, and a rehearsal on a sample request leaves the allocator's free lists and
+// the stack holding pages already this process's own, which the real request then reuses.
+class RequestPeek {
+  public:
+    explicit RequestPeek(const SupervisorConfig& config) : bytes_(kPeekBytes, '\0') {
+        ExecCall sample;
+        sample.command = std::vector<std::string>{"true"};
+        sample.env = {{"MAF_SANDBOX", "1"}};
+        Launch scratch;
+        launch_from_frame(exec_wire::request_prefix(sample), config, scratch);
+    }
+
+    // Reads the request without taking it off the connection (the handler reads it again, whole,
+    // for its deadline, output cap and stdin) and makes the launch from it. False when it is not
+    // all there in one read (large, or still arriving) or is not valid: the handler then sends the
+    // launch, as when it accepts the connection itself, and reports what is wrong.
+    bool launch_for_request(int connection, const SupervisorConfig& config, Launch& launch) {
+        ssize_t n = 0;
+        do {
+            n = ::recv(connection, bytes_.data(), bytes_.size(), MSG_PEEK);
+        } while (n < 0 && errno == EINTR);
+        return n > 0 &&
+               launch_from_frame(std::string_view(bytes_.data(), static_cast<std::size_t>(n)),
+                                 config, launch);
+    }
+
+  private:
+    std::string bytes_;
+};
+
+// Takes the next connection off the supervisor's listener; -1 when the listener fails.
+int accept_connection(int listener) noexcept {
+    for (;;) {
+        const int connection = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+        if (connection >= 0 || (errno != EINTR && errno != ECONNABORTED)) {
+            return connection;
+        }
+    }
+}
+
 // A guest process forked into its exec cgroup, hardened, and waiting for its Launch on
 // `command`. The supervisor is single-threaded, so the child may allocate freely before execve.
 struct Guest {
@@ -135,7 +245,8 @@ struct Guest {
     UniqueFd stderr_fd;
     UniqueFd failure_fd;
     UniqueFd command_fd;
-    UniqueFd ready_fd;  // one byte once hardened; EOF when it died first
+    UniqueFd ready_fd;    // one byte once hardened; EOF when it died first
+    UniqueFd handoff_fd;  // when it accepts the connection itself: the connection, or EOF
     UniqueFd pidfd;
 };
 
@@ -155,7 +266,8 @@ bool prefer_as_oom_victim() noexcept {
 }
 
 [[noreturn]] void guest_main(const ExecContext& context, const ExecCgroupParent::Child* cgroup,
-                             int in, int out, int err, int fail, int command, int ready) {
+                             int in, int out, int err, int fail, int command, int ready,
+                             int listener, int handoff) {
     const auto fail_with = [&](int stage) {
         const ChildFailure failure{stage, errno};
         [[maybe_unused]] auto n = ::write(fail, &failure, sizeof failure);
@@ -185,23 +297,54 @@ bool prefer_as_oom_victim() noexcept {
     // inherited) so that guest processes, which run as the guest user, cannot signal the next
     // exec's process; dumpable is off (inherited from PID 1), so they cannot read its descriptors
     // either.
-    [[maybe_unused]] auto signalled = ::write(ready, "r", 1);
-    ::close(ready);
-    char header[4];
-    if (!detail::read_exact(command, header, sizeof header)) {
-        ::_exit(0);  // the handler went away before using us
+    std::optional<RequestPeek> peek;
+    if (listener >= 0) {
+        peek.emplace(config);
     }
-    std::string_view header_view(header, sizeof header);
-    std::string body(get_u32(header_view), '\0');
-    Launch launch;
-    if (!detail::read_exact(command, body.data(), body.size()) || !decode(body, launch)) {
-        ::_exit(0);
-    }
-    ::close(command);
+    // (perf) The guest's groups now, while waiting, and its user only once the launch is known:
+    // signals are checked against the user, never the groups, so guest processes still cannot
+    // signal this one.
     const gid_t groups[1] = {config.guest_gid};
     if (::setgroups(1, groups) != 0 ||
-        ::setresgid(config.guest_gid, config.guest_gid, config.guest_gid) != 0 ||
-        ::setresuid(config.guest_uid, config.guest_uid, config.guest_uid) != 0) {
+        ::setresgid(config.guest_gid, config.guest_gid, config.guest_gid) != 0) {
+        fail_with(1);
+    }
+    [[maybe_unused]] auto signalled = ::write(ready, "r", 1);
+    ::close(ready);
+    Launch launch;
+    bool launching = false;
+    if (peek) {
+        // (perf, exec round trip) The connection wakes this process, not the handler, which would
+        // then have to wake us in turn: one cross-process wake-up fewer before the program starts.
+        // The handler, woken by the hand-over, supervises while the program starts.
+        const int connection = accept_connection(listener);
+        if (connection < 0) {
+            ::_exit(0);  // the handler sees the hand-over channel close and accepts itself
+        }
+        launching = peek->launch_for_request(connection, config, launch);
+        if (!detail::send_fd(handoff, connection, launching ? kLaunching : kAwaitLaunch)) {
+            ::_exit(0);
+        }
+        // (perf) The hand-over channel is left to execve to close: closed here, while the
+        // connection may still be in flight to the handler, it cost 25-35 us; the handler closes
+        // its end as soon as it has the connection, and execve then closes ours for free.
+        ::close(connection);
+        ::close(listener);
+    }
+    if (!launching) {
+        launch = Launch{};
+        char header[4];
+        if (!detail::read_exact(command, header, sizeof header)) {
+            ::_exit(0);  // the handler went away before using us
+        }
+        std::string_view header_view(header, sizeof header);
+        std::string body(get_u32(header_view), '\0');
+        if (!detail::read_exact(command, body.data(), body.size()) || !decode(body, launch)) {
+            ::_exit(0);
+        }
+    }
+    ::close(command);
+    if (::setresuid(config.guest_uid, config.guest_uid, config.guest_uid) != 0) {
         fail_with(1);
     }
     if (!drop_all_capabilities()) {
@@ -244,8 +387,10 @@ bool prefer_as_oom_victim() noexcept {
     ::_exit(127);
 }
 
-// Creates the exec's cgroup and pipes and forks the guest process. Throws on failure.
-Guest prepare_guest(const ExecContext& context) {
+// Creates the exec's cgroup and pipes and forks the guest process, which waits for its launch from
+// the handler, or, given the supervisor's `listener`, accepts the next connection itself and hands
+// it over on `handoff_fd`. Throws on failure.
+Guest prepare_guest(const ExecContext& context, int listener = -1) {
     static std::atomic<unsigned> counter{0};
     Guest guest;
     if (!context.cgroups->empty()) {
@@ -261,17 +406,24 @@ Guest prepare_guest(const ExecContext& context) {
         ::pipe2(command, O_CLOEXEC) != 0 || ::pipe2(ready, O_CLOEXEC) != 0) {
         throw std::runtime_error(fmt::format("creating pipes: {}", std::strerror(errno)));
     }
+    int handoff[2] = {-1, -1};
+    if (listener >= 0 && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, handoff) != 0) {
+        throw std::runtime_error(fmt::format("creating a socket pair: {}", std::strerror(errno)));
+    }
     const pid_t child = ::fork();
     if (child < 0) {
         throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
     }
     if (child == 0) {
         guest_main(context, guest.cgroup ? &*guest.cgroup : nullptr, in[0], out[1], err[1], fail[1],
-                   command[0], ready[1]);
+                   command[0], ready[1], listener, handoff[1]);
     }
-    for (const int fd : {in[0], out[1], err[1], fail[1], command[0], ready[1]}) {
-        ::close(fd);
+    for (const int fd : {in[0], out[1], err[1], fail[1], command[0], ready[1], handoff[1]}) {
+        if (fd >= 0) {
+            ::close(fd);
+        }
     }
+    guest.handoff_fd = UniqueFd(handoff[0]);
     guest.pid = child;
     guest.stdin_fd = UniqueFd(in[1]);
     guest.stdout_fd = UniqueFd(out[0]);
@@ -303,20 +455,33 @@ void discard(Guest& guest) {
 
 class Exec {
   public:
-    Exec(int connection, const ExecContext& context, std::optional<Guest> prepared)
-        : connection_(connection), context_(context), prepared_(std::move(prepared)) {}
+    // `launched`: the prepared guest accepted the connection and is already starting the
+    // request's program.
+    Exec(int connection, const ExecContext& context, std::optional<Guest> prepared, bool launched)
+        : connection_(connection),
+          context_(context),
+          prepared_(std::move(prepared)),
+          launched_(launched && prepared_) {}
 
     void run() {
         char type = 0;
         std::string payload;
         if (!exec_wire::read_frame(connection_, type, payload, exec_wire::kMaxRequestBytes) ||
             type != exec_wire::kRequest) {
+            abandon_launched();
             return;
         }
-        ExecCall call = exec_wire::exec_call_from_json(json::parse(payload));
+        ExecCall call;
+        try {
+            call = exec_wire::exec_call_from_json(json::parse(payload));
+        } catch (...) {
+            abandon_launched();
+            throw;
+        }
         if (!exec_wire::read_frame(connection_, type, call.stdin_bytes,
                                    exec_wire::kMaxStdinBytes) ||
             type != exec_wire::kStdin) {
+            abandon_launched();
             return;
         }
         ExecReply reply;
@@ -335,45 +500,22 @@ class Exec {
     }
 
   private:
-    Launch make_launch(const ExecCall& call) const {
-        const auto& config = *context_.config;
-        Launch launch;
-        launch.argv =
-            std::holds_alternative<std::string>(call.command)
-                ? std::vector<std::string>{"/bin/sh", "-c", std::get<std::string>(call.command)}
-                : std::get<std::vector<std::string>>(call.command);
-        std::map<std::string, std::string> env(config.base_env.begin(), config.base_env.end());
-        for (const auto& [key, value] : call.env) {
-            env[key] = value;
+    // The host hung up before its request was read whole, while the guest that accepted for us
+    // may already be running the program: nobody waits for that tree any more.
+    void abandon_launched() {
+        if (launched_) {
+            kill_tree(prepared_->cgroup, prepared_->pid);
+            ::waitpid(prepared_->pid, nullptr, 0);
         }
-        for (const auto& [key, value] : env) {
-            launch.env.push_back(key + "=" + value);
-        }
-        const auto& program = launch.argv[0];
-        if (program.find('/') != std::string::npos) {
-            launch.candidates.push_back(program);
-        } else {
-            const std::string search = env.count("PATH") ? env["PATH"] : std::string(kDefaultPath);
-            std::string_view path = search;
-            while (true) {
-                const auto colon = path.find(':');
-                const auto dir = path.substr(0, colon);
-                launch.candidates.push_back(fmt::format("{}/{}", dir.empty() ? "." : dir, program));
-                if (colon == std::string_view::npos) {
-                    break;
-                }
-                path.remove_prefix(colon + 1);
-            }
-        }
-        launch.cwd = call.cwd.empty() ? config.default_cwd : call.cwd;
-        return launch;
     }
 
     void execute(const ExecCall& call, ExecReply& reply) {
-        const Launch launch = make_launch(call);
-        const std::string message = encode(launch);
-        if (prepared_ && still_waiting(*prepared_) &&
-            detail::write_all(prepared_->command_fd.get(), message) == 0) {
+        const Launch launch = launch_for(call, *context_.config);
+        if (launched_) {
+            guest_ = std::move(*prepared_);
+        } else if (const std::string message = encode(launch);
+                   prepared_ && still_waiting(*prepared_) &&
+                   detail::write_all(prepared_->command_fd.get(), message) == 0) {
             guest_ = std::move(*prepared_);
         } else {
             if (prepared_) {
@@ -386,6 +528,7 @@ class Exec {
         prepared_.reset();
         guest_.command_fd.reset();
         guest_.ready_fd.reset();
+        guest_.handoff_fd.reset();
         const pid_t child = guest_.pid;
         UniqueFd stdin_fd = std::move(guest_.stdin_fd);
         UniqueFd failure_fd = std::move(guest_.failure_fd);
@@ -589,6 +732,7 @@ class Exec {
     int connection_;
     const ExecContext& context_;
     std::optional<Guest> prepared_;
+    bool launched_ = false;
     Guest guest_;
     Stream streams_[2];
     bool eof_[2] = {false, false};
@@ -600,14 +744,14 @@ class Exec {
 
 void serve_exec(int connection, const ExecContext& context) {
     ::signal(SIGPIPE, SIG_IGN);
-    Exec(connection, context, std::nullopt).run();
+    Exec(connection, context, std::nullopt, false).run();
 }
 
 void serve_next_exec(int listener, int accepted_fd, const ExecContext& context) {
     ::signal(SIGPIPE, SIG_IGN);
     std::optional<Guest> prepared;
     try {
-        prepared = prepare_guest(context);
+        prepared = prepare_guest(context, listener);
         // Wait until it is hardened (its cgroup populated), so PID 1's sweep of empty exec
         // cgroups, which follows our accept, can never take it.
         char byte = 0;
@@ -624,16 +768,28 @@ void serve_next_exec(int listener, int accepted_fd, const ExecContext& context) 
     };
     tell(AcceptedNote::kPrepared);
     UniqueFd connection;
-    while (!connection) {
-        connection = UniqueFd(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
-        if (!connection && errno != EINTR && errno != ECONNABORTED) {
+    bool launched = false;
+    if (prepared) {
+        char what = 0;
+        connection = detail::receive_fd(prepared->handoff_fd.get(), what);
+        launched = connection && what == kLaunching;
+        prepared->handoff_fd.reset();
+        if (!connection) {
+            // It died before taking a connection (the OOM killer, say): accept ourselves.
+            discard(*prepared);
+            prepared.reset();
+        }
+    }
+    if (!connection) {
+        connection = UniqueFd(accept_connection(listener));
+        if (!connection) {
             std::_Exit(1);
         }
     }
     ::close(listener);
     tell(AcceptedNote::kAccepted);
     ::close(accepted_fd);
-    Exec(connection.get(), context, std::move(prepared)).run();
+    Exec(connection.get(), context, std::move(prepared), launched).run();
 }
 
 }  // namespace maf_sandbox::runtime

@@ -4,11 +4,13 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include "maf_sandbox/core/errors.hpp"
@@ -198,6 +200,48 @@ bool read_exact(int fd, char* data, std::size_t size) noexcept {
         size -= static_cast<std::size_t>(n);
     }
     return true;
+}
+
+bool send_fd(int channel, int fd, char byte) noexcept {
+    iovec data{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr message{};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+    ssize_t sent = 0;
+    do {
+        sent = ::sendmsg(channel, &message, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    return sent == 1;
+}
+
+UniqueFd receive_fd(int channel, char& byte) noexcept {
+    iovec data{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr message{};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+    ssize_t received = 0;
+    do {
+        received = ::recvmsg(channel, &message, MSG_CMSG_CLOEXEC);
+    } while (received < 0 && errno == EINTR);
+    const cmsghdr* header = received == 1 ? CMSG_FIRSTHDR(&message) : nullptr;
+    if (header == nullptr || header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS ||
+        header->cmsg_len != CMSG_LEN(sizeof(int))) {
+        return UniqueFd();
+    }
+    int fd = -1;
+    std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
+    return UniqueFd(fd);
 }
 
 int write_all(int fd, std::string_view data) {

@@ -82,28 +82,9 @@ std::string fd_path(int fd) {
     return fmt::format("/proc/self/fd/{}", fd);
 }
 
-void send_fd(int channel, int fd) {
-    char byte = 'l';
-    iovec data{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr message{};
-    message.msg_iov = &data;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof control;
-    cmsghdr* header = CMSG_FIRSTHDR(&message);
-    header->cmsg_level = SOL_SOCKET;
-    header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-    if (::sendmsg(channel, &message, MSG_NOSIGNAL) != 1) {
-        throw SystemError(errno, "handing the egress proxy its listener");
-    }
-}
-
-// Waits for one message carrying a descriptor; invalid on EOF, timeout, or when `lifetime` hangs
-// up first (the sandbox is already gone).
-UniqueFd receive_fd(int channel, int lifetime, int timeout_ms) {
+// Waits for the proxy's listener; invalid on EOF, timeout, or when `lifetime` hangs up first (the
+// sandbox is already gone).
+UniqueFd receive_listener(int channel, int lifetime, int timeout_ms) {
     pollfd fds[2] = {{channel, POLLIN, 0}, {lifetime, POLLIN, 0}};
     int ready;
     do {
@@ -113,24 +94,7 @@ UniqueFd receive_fd(int channel, int lifetime, int timeout_ms) {
         return UniqueFd();
     }
     char byte = 0;
-    iovec data{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr message{};
-    message.msg_iov = &data;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof control;
-    if (::recvmsg(channel, &message, MSG_CMSG_CLOEXEC) != 1) {
-        return UniqueFd();
-    }
-    const cmsghdr* header = CMSG_FIRSTHDR(&message);
-    if (header == nullptr || header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS ||
-        header->cmsg_len != CMSG_LEN(sizeof(int))) {
-        return UniqueFd();
-    }
-    int fd = -1;
-    std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
-    return UniqueFd(fd);
+    return detail::receive_fd(channel, byte);
 }
 
 // Reads one byte with a deadline; false on EOF, timeout or error.
@@ -202,7 +166,7 @@ std::string last_line_of(const fs::path& log) {
             std::_Exit(1);
         }
         ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        UniqueFd listener = receive_fd(channel, lifetime, kProxyWaitMs);
+        UniqueFd listener = receive_listener(channel, lifetime, kProxyWaitMs);
         if (!listener) {
             std::_Exit(1);
         }
@@ -325,7 +289,9 @@ void GuestNetwork::start_inside() {
         throw SystemError(
             errno, fmt::format("listening on 127.0.0.1:{} for the egress proxy", kGuestProxyPort));
     }
-    send_fd(channel_.get(), listener.get());
+    if (!detail::send_fd(channel_.get(), listener.get(), 'l')) {
+        throw SystemError(errno, "handing the egress proxy its listener");
+    }
     listener.reset();
     char ack = 0;
     if (!read_byte(channel_.get(), kHandOverMs, ack) || ack != 'k') {

@@ -442,12 +442,19 @@ UniqueFd open_sandbox_root(const SandboxHandle& handle) {
     return fd;
 }
 
+std::filesystem::path oom_kill_count_file(const SandboxHandle& handle) {
+    return SandboxCgroup::attach(handle.cgroup_layout, handle.cgroups)->oom_kill_count_file();
+}
+
 OomKillWatch::OomKillWatch(const SandboxHandle& handle)
-    : cgroup_(SandboxCgroup::attach(handle.cgroup_layout, handle.cgroups)),
-      before_(cgroup_->oom_kills()) {}
+    : OomKillWatch(oom_kill_count_file(handle)) {}
+
+OomKillWatch::OomKillWatch(std::filesystem::path count_file)
+    : count_file_(std::move(count_file)),
+      before_(cgroup_detail::read_oom_kill_count(count_file_)) {}
 
 std::uint64_t OomKillWatch::kills_since_start() const {
-    return cgroup_->oom_kills() - before_;
+    return cgroup_detail::read_oom_kill_count(count_file_) - before_;
 }
 
 ExecReply exec_in_sandbox(const SandboxHandle& handle, const ExecCall& call) {

@@ -72,8 +72,9 @@ class SandboxCgroup {
     // The directories the supervisor creates per-exec children in.
     virtual std::vector<std::filesystem::path> delegated_dirs() const = 0;
 
-    // How many times the kernel's OOM killer fired inside the sandbox (0 when not reported).
-    virtual std::uint64_t oom_kills() const = 0;
+    // The file in which the kernel counts the OOM killer's kills inside the sandbox, as a line
+    // "oom_kill N" (v1 memory.oom_control, v2 memory.events); empty without a memory controller.
+    virtual std::filesystem::path oom_kill_count_file() const = 0;
 
     // Kills every process in the sandbox's cgroups and their descendants, and waits until they
     // are empty. Throws SystemError when processes survive a few seconds of SIGKILL.
@@ -156,6 +157,9 @@ std::vector<pid_t> read_procs(const std::filesystem::path& dir);
 // Writes a whole string to a file under `dir`. Throws SystemError naming the file.
 void write_file(const std::filesystem::path& file, std::string_view value);
 std::optional<std::string> read_small_file(const std::filesystem::path& file);
+
+// The "oom_kill N" count in an oom_kill_count_file(); 0 when the file or the line is missing.
+std::uint64_t read_oom_kill_count(const std::filesystem::path& file);
 // This process's cgroup path in the v1 hierarchy holding `controller` ("" for the v2 line).
 std::string own_cgroup(std::string_view controller);
 // rmdir with retries: the kernel releases a cgroup a few milliseconds after its last process.

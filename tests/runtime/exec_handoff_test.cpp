@@ -1,0 +1,155 @@
+// The spare's guest process accepts the exec connection itself and reads the request ahead of its
+// handler (exec_server.cpp). These prove the paths around that shortcut: a request too large to
+// read ahead, connections that end before or during their request, a request the guest cannot
+// launch, and the OOM kill count the host reads around every exec.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "maf_sandbox/runtime/cgroup.hpp"
+#include "maf_sandbox/runtime/exec_protocol.hpp"
+#include "maf_sandbox/runtime/unique_fd.hpp"
+#include "sandbox_fixture.hpp"
+
+namespace maf_sandbox::runtime::testing {
+namespace {
+
+UniqueFd connect_to(const SandboxHandle& handle) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const auto address = supervisor_address(handle.socket);
+    if (!fd ||
+        ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+        throw std::runtime_error("cannot connect to the supervisor");
+    }
+    return fd;
+}
+
+bool send_all(int fd, std::string_view bytes) {
+    return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+}
+
+// Sends `call` as a host would and reads frames until the result (or the end).
+std::optional<ExecReply> exchange(const SandboxHandle& handle, const ExecCall& call) {
+    const auto connection = connect_to(handle);
+    if (!send_all(connection.get(), exec_wire::request_prefix(call) + call.stdin_bytes)) {
+        return std::nullopt;
+    }
+    ExecReplyCollector collector(handle.socket, call.max_output_bytes);
+    char type = 0;
+    std::string payload;
+    while (exec_wire::read_frame(connection.get(), type, payload, exec_wire::kMaxRequestBytes)) {
+        if (collector.take(type, payload)) {
+            return collector.reply();
+        }
+    }
+    return std::nullopt;
+}
+
+ExecCall argv_call(std::vector<std::string> argv) {
+    ExecCall call;
+    call.command = std::move(argv);
+    call.timeout = std::chrono::seconds(30);
+    call.max_output_bytes = 1 << 20;
+    return call;
+}
+
+TEST(ExecHandoff, ARequestTooLargeToReadAheadIsServedWhole) {
+    StateDir state;
+    ScopedSandbox sandbox(host_launch(state.path(), unique_id()));
+    // Larger than what the guest reads ahead (16 KiB): its handler reads it and sends the launch.
+    auto call = argv_call({"sh", "-c", "printf %s \"$BIG\" | wc -c"});
+    call.env.emplace_back("BIG", std::string(40 * 1024, 'x'));
+    for (int i = 0; i < 3; ++i) {
+        const auto reply = exec_in_sandbox(sandbox.handle(), call);
+        EXPECT_EQ(reply.status, ExecStatus::exited);
+        EXPECT_EQ(reply.exit_code, 0);
+        EXPECT_EQ(reply.stdout_head, "40960\n");
+    }
+}
+
+TEST(ExecHandoff, StdinReachesAProgramTheGuestLaunchedItself) {
+    StateDir state;
+    ScopedSandbox sandbox(host_launch(state.path(), unique_id()));
+    auto call = argv_call({"cat"});
+    call.stdin_bytes = std::string(300 * 1024, 's');  // more than one pipe buffer
+    const auto reply = exec_in_sandbox(sandbox.handle(), call);
+    EXPECT_EQ(reply.exit_code, 0);
+    EXPECT_EQ(reply.stdout_head, call.stdin_bytes);
+}
+
+TEST(ExecHandoff, ConnectionsThatEndBeforeOrDuringTheirRequestLeaveTheSandboxServing) {
+    StateDir state;
+    ScopedSandbox sandbox(host_launch(state.path(), unique_id()));
+    const auto request = exec_wire::request_prefix(argv_call({"true"}));
+    for (int i = 0; i < 3; ++i) {
+        connect_to(sandbox.handle());  // connected and closed, nothing sent
+        const auto partial = connect_to(sandbox.handle());
+        ASSERT_TRUE(send_all(partial.get(), std::string_view(request).substr(0, 9)));
+    }
+    const auto reply = sandbox.sh("echo still serving");
+    EXPECT_EQ(reply.exit_code, 0);
+    EXPECT_EQ(reply.stdout_head, "still serving\n");
+}
+
+TEST(ExecHandoff, AHostGoneBeforeItsRequestIsWholeGetsTheLaunchedTreeKilled) {
+    StateDir state;
+    ScopedSandbox sandbox(host_launch(state.path(), unique_id()));
+    {
+        const auto connection = connect_to(sandbox.handle());
+        const auto call = argv_call({"sh", "-c", "sleep 30 & sleep 30"});
+        // The request frame whole, which the guest reads ahead and launches, but not the stdin
+        // frame that follows it, which the handler then never gets.
+        const auto prefix = exec_wire::request_prefix(call);
+        ASSERT_TRUE(send_all(
+            connection.get(),
+            std::string_view(prefix).substr(0, prefix.size() - exec_wire::kFrameHeaderBytes)));
+        ::usleep(50 * 1000);  // the guest is launching by now
+    }
+    // The handler, finding the host gone before the request was whole, kills the tree the guest
+    // started. Poll until no `sleep 30` is left in the sandbox.
+    std::string left;
+    for (int i = 0; i < 50; ++i) {
+        left = sandbox
+                   .sh("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done 2>/dev/null"
+                       " | grep -c '^sleep 30 $' || true")
+                   .stdout_head;
+        if (left == "0\n") {
+            break;
+        }
+        ::usleep(100 * 1000);
+    }
+    EXPECT_EQ(left, "0\n");
+}
+
+TEST(ExecHandoff, AnEmptyArgvIsAnsweredAsAFailureNotADroppedConnection) {
+    StateDir state;
+    ScopedSandbox sandbox(host_launch(state.path(), unique_id()));
+    const auto reply = exchange(sandbox.handle(), argv_call({}));
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->status, ExecStatus::failed);
+    EXPECT_NE(reply->message.find("empty"), std::string::npos) << reply->message;
+    EXPECT_EQ(sandbox.sh("echo next").stdout_head, "next\n");
+}
+
+TEST(ExecHandoff, TheOomKillCountIsReadFromItsLineInEitherLayout) {
+    StateDir state;
+    const auto v1 = state.path() / "memory.oom_control";
+    std::ofstream(v1) << "oom_kill_disable 0\nunder_oom 0\noom_kill 7\n";
+    EXPECT_EQ(cgroup_detail::read_oom_kill_count(v1), 7u);
+    const auto v2 = state.path() / "memory.events";
+    std::ofstream(v2) << "low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\noom_group_kill 1\n";
+    EXPECT_EQ(cgroup_detail::read_oom_kill_count(v2), 2u);
+    EXPECT_EQ(cgroup_detail::read_oom_kill_count(state.path() / "missing"), 0u);
+    EXPECT_EQ(cgroup_detail::read_oom_kill_count({}), 0u);
+}
+
+}  // namespace
+}  // namespace maf_sandbox::runtime::testing
