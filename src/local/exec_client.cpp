@@ -169,13 +169,8 @@ Task<runtime::ExecReply> call_exec_async(const std::filesystem::path& socket,
 }
 
 Task<runtime::ExecReply> exec_in_sandbox_async(const runtime::SandboxHandle& handle,
-                                               const runtime::ExecCall& call,
-                                               std::filesystem::path oom_kill_count_file) {
-    const runtime::OomKillWatch oom(std::move(oom_kill_count_file));
-    auto exchange = call_exec_async(handle.socket, call);
-    auto reply = co_await std::move(exchange);
-    reply.oom_kills = oom.kills_since_start();
-    co_return reply;
+                                               const runtime::ExecCall& call) {
+    return call_exec_async(handle.socket, call);
 }
 
 }  // namespace maf_sandbox::local

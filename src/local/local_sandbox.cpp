@@ -26,7 +26,6 @@ LocalSandbox::LocalSandbox(runtime::SandboxHandle handle, std::string base_direc
                            TransferLimits files_in, std::uint64_t default_max_output,
                            std::shared_ptr<boost::asio::thread_pool> pool)
     : handle_(std::move(handle)),
-      oom_kill_count_file_(runtime::oom_kill_count_file(handle_)),
       base_(normpath(base_directory)),
       files_in_(files_in),
       default_max_output_(default_max_output),
@@ -53,7 +52,7 @@ Task<ExecResult> LocalSandbox::exec(ExecRequest request) {
     const auto call = exec_call_for(std::move(request), base_, default_max_output_);
     // (perf, issue 3) On the caller's executor, not the pool: a thread hop there and back cost
     // 0.2-0.3 ms of an exec round trip on a 2-vCPU host.
-    auto exchange = exec_in_sandbox_async(handle_, call, oom_kill_count_file_);
+    auto exchange = exec_in_sandbox_async(handle_, call);
     const auto reply = co_await std::move(exchange);
     co_return exec_result_of(reply, call);
 }

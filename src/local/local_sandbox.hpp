@@ -40,7 +40,6 @@ class LocalSandbox final : public Sandbox {
     NoFollowStat no_follow_stat() const;
 
     runtime::SandboxHandle handle_;
-    std::filesystem::path oom_kill_count_file_;  // found once, read before and after each exec
     std::string base_;
     TransferLimits files_in_;
     std::uint64_t default_max_output_;

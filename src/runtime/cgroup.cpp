@@ -156,18 +156,13 @@ std::optional<std::string> read_small_file(const fs::path& file) {
     return read_fd_all(fd.get());
 }
 
-std::uint64_t read_oom_kill_count(const fs::path& file) {
-    const auto text = file.empty() ? std::nullopt : read_small_file(file);
-    if (!text) {
-        return 0;
-    }
-    // At the start of a line: v1's memory.oom_control also has "under_oom".
+std::uint64_t parse_oom_kill_count(std::string_view text) noexcept {
     static constexpr std::string_view kKey = "oom_kill ";
-    for (std::size_t at = text->find(kKey); at != std::string::npos;
-         at = text->find(kKey, at + 1)) {
-        if (at == 0 || (*text)[at - 1] == '\n') {
+    for (std::size_t at = text.find(kKey); at != std::string_view::npos;
+         at = text.find(kKey, at + 1)) {
+        if (at == 0 || text[at - 1] == '\n') {  // a line of its own, not a longer name's end
             std::uint64_t count = 0;
-            std::from_chars(text->data() + at + kKey.size(), text->data() + text->size(), count);
+            std::from_chars(text.data() + at + kKey.size(), text.data() + text.size(), count);
             return count;
         }
     }
@@ -228,7 +223,16 @@ bool remove_dir_retrying(const fs::path& dir) {
 
 // --- The supervisor's per-exec child cgroups --------------------------------------------------
 
-ExecCgroupParent ExecCgroupParent::open(CgroupLayout layout, const std::vector<fs::path>& dirs) {
+ExecCgroupParent ExecCgroupParent::open(CgroupLayout layout, const std::vector<fs::path>& dirs,
+                                        const fs::path& oom_kill_count_file) {
+    UniqueFd oom_kill_count;
+    if (!oom_kill_count_file.empty()) {
+        oom_kill_count = UniqueFd(::open(oom_kill_count_file.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!oom_kill_count) {
+            throw SystemError(errno, fmt::format("opening the sandbox's OOM kill count {}",
+                                                 oom_kill_count_file.string()));
+        }
+    }
     std::vector<UniqueFd> fds;
     for (const auto& dir : dirs) {
         UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -237,7 +241,18 @@ ExecCgroupParent ExecCgroupParent::open(CgroupLayout layout, const std::vector<f
         }
         fds.push_back(std::move(fd));
     }
-    return ExecCgroupParent(layout, std::move(fds));
+    return ExecCgroupParent(layout, std::move(fds), std::move(oom_kill_count));
+}
+
+std::uint64_t ExecCgroupParent::oom_kills() const noexcept {
+    if (!oom_kill_count_) {
+        return 0;
+    }
+    char text[512];
+    const ssize_t n = ::pread(oom_kill_count_.get(), text, sizeof text, 0);
+    return n > 0 ? cgroup_detail::parse_oom_kill_count(
+                       std::string_view(text, static_cast<std::size_t>(n)))
+                 : 0;
 }
 
 ExecCgroupParent::Child ExecCgroupParent::make_child(const std::string& name) const {

@@ -183,11 +183,9 @@ std::string_view status_name(ExecStatus status) {
 }  // namespace
 
 json::value to_json(const ExecReply& reply) {
-    return json::object{{"status", status_name(reply.status)},
-                        {"exit_code", reply.exit_code},
-                        {"stdout_total", reply.stdout_total},
-                        {"stderr_total", reply.stderr_total},
-                        {"message", reply.message}};
+    return json::object{{"status", status_name(reply.status)}, {"exit_code", reply.exit_code},
+                        {"stdout_total", reply.stdout_total},  {"stderr_total", reply.stderr_total},
+                        {"oom_kills", reply.oom_kills},        {"message", reply.message}};
 }
 
 void apply_result_json(const json::value& value, ExecReply& reply) {
@@ -200,6 +198,10 @@ void apply_result_json(const json::value& value, ExecReply& reply) {
     reply.stdout_total = in.at("stdout_total").to_number<std::uint64_t>();
     reply.stderr_total = in.at("stderr_total").to_number<std::uint64_t>();
     reply.message = std::string(in.at("message").as_string());
+    // Absent from supervisors built before they counted them.
+    if (const auto* kills = in.if_contains("oom_kills"); kills != nullptr && kills->is_number()) {
+        reply.oom_kills = kills->to_number<std::uint64_t>();
+    }
 }
 
 }  // namespace exec_wire

@@ -540,6 +540,9 @@ class Exec {
         ::fcntl(stdin_fd.get(), F_SETFL, O_NONBLOCK);
         const auto& cgroup = guest_.cgroup;
         const int pidfd = guest_.pidfd.get();
+        // The kills during this exec, as the host reports them. Read here, before the program's
+        // own start-up (a prepared guest's execve is under way at most), and again at its end.
+        oom_kills_before_ = context_.cgroups->oom_kills();
 
         const auto deadline = Clock::now() + call.timeout;
         std::size_t stdin_offset = 0;
@@ -727,6 +730,7 @@ class Exec {
     void finish(ExecReply& reply) {
         reply.stdout_total = streams_[0].total;
         reply.stderr_total = streams_[1].total;
+        reply.oom_kills = context_.cgroups->oom_kills() - oom_kills_before_;
     }
 
     int connection_;
@@ -738,6 +742,7 @@ class Exec {
     bool eof_[2] = {false, false};
     std::uint64_t cap_ = 0;
     bool stop_at_cap_ = false;
+    std::uint64_t oom_kills_before_ = 0;
 };
 
 }  // namespace

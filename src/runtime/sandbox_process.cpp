@@ -378,7 +378,8 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     handle.cgroup_layout = cgroup->layout();
     handle.cgroups = cgroup->paths();
     const std::string line =
-        to_line(CgroupPlacement{cgroup->layout(), cgroup->delegated_dirs(), cgroup->join_files()});
+        to_line(CgroupPlacement{cgroup->layout(), cgroup->delegated_dirs(), cgroup->join_files(),
+                                cgroup->oom_kill_count_file()});
     // A failed send means the supervisor is gone already; its report says why.
     [[maybe_unused]] const auto sent =
         ::send(placement_write.get(), line.data(), line.size(), MSG_NOSIGNAL);
@@ -442,26 +443,8 @@ UniqueFd open_sandbox_root(const SandboxHandle& handle) {
     return fd;
 }
 
-std::filesystem::path oom_kill_count_file(const SandboxHandle& handle) {
-    return SandboxCgroup::attach(handle.cgroup_layout, handle.cgroups)->oom_kill_count_file();
-}
-
-OomKillWatch::OomKillWatch(const SandboxHandle& handle)
-    : OomKillWatch(oom_kill_count_file(handle)) {}
-
-OomKillWatch::OomKillWatch(std::filesystem::path count_file)
-    : count_file_(std::move(count_file)),
-      before_(cgroup_detail::read_oom_kill_count(count_file_)) {}
-
-std::uint64_t OomKillWatch::kills_since_start() const {
-    return cgroup_detail::read_oom_kill_count(count_file_) - before_;
-}
-
 ExecReply exec_in_sandbox(const SandboxHandle& handle, const ExecCall& call) {
-    const OomKillWatch oom(handle);
-    ExecReply reply = call_exec(handle.socket, call);
-    reply.oom_kills = oom.kills_since_start();
-    return reply;
+    return call_exec(handle.socket, call);
 }
 
 }  // namespace maf_sandbox::runtime

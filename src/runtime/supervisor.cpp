@@ -321,6 +321,7 @@ void join_placed_cgroups(SupervisorConfig& config) {
     auto placement = cgroup_placement_from_line(std::string_view(line).substr(0, line.find('\n')));
     config.cgroup_layout = placement.layout;
     config.delegated_cgroups = std::move(placement.delegated);
+    config.oom_kill_count_file = std::move(placement.oom_kill_count_file);
     for (const auto& file : placement.join_files) {
         UniqueFd fd(::open(file.c_str(), O_WRONLY | O_CLOEXEC));
         if (!fd || ::write(fd.get(), "0", 1) != 1) {
@@ -379,8 +380,8 @@ int supervisor_main(int argc, char** argv) {
         if (!joins_first) {
             join_placed_cgroups(config);
         }
-        const ExecCgroupParent cgroups =
-            ExecCgroupParent::open(config.cgroup_layout, config.delegated_cgroups);
+        const ExecCgroupParent cgroups = ExecCgroupParent::open(
+            config.cgroup_layout, config.delegated_cgroups, config.oom_kill_count_file);
         const std::vector<sock_filter>& seccomp = config.seccomp;
         int go[2];
         if (::pipe2(go, O_CLOEXEC) != 0) {

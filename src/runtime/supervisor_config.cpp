@@ -195,14 +195,16 @@ SupervisorConfig supervisor_config_from_json(const json::value& value) {
 std::string to_line(const CgroupPlacement& placement) {
     const json::object out{{"layout", to_string(placement.layout)},
                            {"delegated", paths(placement.delegated)},
-                           {"join_files", paths(placement.join_files)}};
+                           {"join_files", paths(placement.join_files)},
+                           {"oom_kill_count_file", placement.oom_kill_count_file.string()}};
     return json::serialize(out) + "\n";
 }
 
 CgroupPlacement cgroup_placement_from_line(std::string_view line) {
     const auto in = json::parse(line).as_object();
     return CgroupPlacement{parse_cgroup_layout(in.at("layout").as_string()),
-                           paths_from(in.at("delegated")), paths_from(in.at("join_files"))};
+                           paths_from(in.at("delegated")), paths_from(in.at("join_files")),
+                           std::string(in.at("oom_kill_count_file").as_string())};
 }
 
 }  // namespace maf_sandbox::runtime

@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -140,15 +139,13 @@ TEST(ExecHandoff, AnEmptyArgvIsAnsweredAsAFailureNotADroppedConnection) {
 }
 
 TEST(ExecHandoff, TheOomKillCountIsReadFromItsLineInEitherLayout) {
-    StateDir state;
-    const auto v1 = state.path() / "memory.oom_control";
-    std::ofstream(v1) << "oom_kill_disable 0\nunder_oom 0\noom_kill 7\n";
-    EXPECT_EQ(cgroup_detail::read_oom_kill_count(v1), 7u);
-    const auto v2 = state.path() / "memory.events";
-    std::ofstream(v2) << "low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\noom_group_kill 1\n";
-    EXPECT_EQ(cgroup_detail::read_oom_kill_count(v2), 2u);
-    EXPECT_EQ(cgroup_detail::read_oom_kill_count(state.path() / "missing"), 0u);
-    EXPECT_EQ(cgroup_detail::read_oom_kill_count({}), 0u);
+    EXPECT_EQ(cgroup_detail::parse_oom_kill_count("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n"),
+              7u);
+    EXPECT_EQ(cgroup_detail::parse_oom_kill_count(
+                  "low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\noom_group_kill 1\n"),
+              2u);
+    EXPECT_EQ(cgroup_detail::parse_oom_kill_count("oom_kill_disable 1\n"), 0u);
+    EXPECT_EQ(cgroup_detail::parse_oom_kill_count(""), 0u);
 }
 
 }  // namespace

@@ -49,13 +49,15 @@ TEST(CgroupPlacement, ALineReadsBackAsTheSamePlacement) {
     const CgroupPlacement placement{
         CgroupLayout::v1,
         {"/sys/fs/cgroup/pids/maf-sbx-x"},
-        {"/sys/fs/cgroup/pids/maf-sbx-x/tasks", "/sys/fs/cgroup/memory/maf-sbx-x/tasks"}};
+        {"/sys/fs/cgroup/pids/maf-sbx-x/tasks", "/sys/fs/cgroup/memory/maf-sbx-x/tasks"},
+        "/sys/fs/cgroup/memory/maf-sbx-x/memory.oom_control"};
     const auto line = to_line(placement);
     ASSERT_EQ(line.back(), '\n');
     const auto back = cgroup_placement_from_line(std::string_view(line).substr(0, line.size() - 1));
     EXPECT_EQ(back.layout, placement.layout);
     EXPECT_EQ(back.delegated, placement.delegated);
     EXPECT_EQ(back.join_files, placement.join_files);
+    EXPECT_EQ(back.oom_kill_count_file, placement.oom_kill_count_file);
 }
 
 }  // namespace

@@ -25,11 +25,8 @@ Task<runtime::ExecReply> call_exec_async(const std::filesystem::path& socket,
                                          const runtime::ExecCall& call,
                                          std::chrono::milliseconds grace = runtime::kExecGrace);
 
-// runtime::exec_in_sandbox without blocking: call_exec_async plus the OOM kills during the exec,
-// counted in `oom_kill_count_file` (runtime::oom_kill_count_file(handle), found once by a caller
-// that execs often). `handle` and `call` must outlive the awaitable.
+// runtime::exec_in_sandbox without blocking. `handle` and `call` must outlive the awaitable.
 Task<runtime::ExecReply> exec_in_sandbox_async(const runtime::SandboxHandle& handle,
-                                               const runtime::ExecCall& call,
-                                               std::filesystem::path oom_kill_count_file);
+                                               const runtime::ExecCall& call);
 
 }  // namespace maf_sandbox::local

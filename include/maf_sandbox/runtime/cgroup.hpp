@@ -89,18 +89,25 @@ class SandboxCgroup {
 };
 
 // Inside the supervisor: the delegated directories opened as fds before the sandbox's root is
-// entered, and the per-exec child cgroups made in them.
+// entered, and the per-exec child cgroups made in them; and the sandbox's OOM kill count, opened
+// then too (the sandbox never sees its own memory cgroup).
 class ExecCgroupParent {
   public:
     ExecCgroupParent() = default;
-    ExecCgroupParent(CgroupLayout layout, std::vector<UniqueFd> dirs)
-        : layout_(layout), dirs_(std::move(dirs)) {}
+    ExecCgroupParent(CgroupLayout layout, std::vector<UniqueFd> dirs, UniqueFd oom_kill_count = {})
+        : layout_(layout), dirs_(std::move(dirs)), oom_kill_count_(std::move(oom_kill_count)) {}
 
-    // Opens the directories (O_PATH is not enough for mkdirat: plain O_DIRECTORY).
+    // Opens the directories (O_PATH is not enough for mkdirat: plain O_DIRECTORY) and, when not
+    // empty, `oom_kill_count_file` (SandboxCgroup::oom_kill_count_file).
     static ExecCgroupParent open(CgroupLayout layout,
-                                 const std::vector<std::filesystem::path>& dirs);
+                                 const std::vector<std::filesystem::path>& dirs,
+                                 const std::filesystem::path& oom_kill_count_file = {});
 
     bool empty() const noexcept { return dirs_.empty(); }
+
+    // How many times the OOM killer fired in the sandbox so far (0 when not reported). One pread:
+    // a handler reads it around each exec.
+    std::uint64_t oom_kills() const noexcept;
 
     // One exec's child cgroup in every delegated hierarchy.
     class Child {
@@ -148,6 +155,7 @@ class ExecCgroupParent {
   private:
     CgroupLayout layout_ = CgroupLayout::v1;
     std::vector<UniqueFd> dirs_;
+    UniqueFd oom_kill_count_;
 };
 
 namespace cgroup_detail {
@@ -158,8 +166,8 @@ std::vector<pid_t> read_procs(const std::filesystem::path& dir);
 void write_file(const std::filesystem::path& file, std::string_view value);
 std::optional<std::string> read_small_file(const std::filesystem::path& file);
 
-// The "oom_kill N" count in an oom_kill_count_file(); 0 when the file or the line is missing.
-std::uint64_t read_oom_kill_count(const std::filesystem::path& file);
+// The N of the line "oom_kill N" in the text of an oom_kill_count_file(); 0 without that line.
+std::uint64_t parse_oom_kill_count(std::string_view text) noexcept;
 // This process's cgroup path in the v1 hierarchy holding `controller` ("" for the v2 line).
 std::string own_cgroup(std::string_view controller);
 // rmdir with retries: the kernel releases a cgroup a few milliseconds after its last process.

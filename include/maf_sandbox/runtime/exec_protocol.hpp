@@ -56,7 +56,7 @@ struct ExecReply {
     std::uint64_t stdout_total = 0;  // every byte the program wrote, kept or not
     std::uint64_t stderr_total = 0;
     std::string message;
-    std::uint64_t oom_kills = 0;  // filled in by the host from the sandbox's memory cgroup
+    std::uint64_t oom_kills = 0;  // the OOM killer's kills in the sandbox while the exec ran
 
     bool truncated() const noexcept {
         return stdout_total > stdout_head.size() || stderr_total > stderr_head.size();

@@ -90,27 +90,8 @@ void destroy_sandbox(const SandboxHandle& handle);
 // SandboxOutputUnreachable when the supervisor is gone.
 UniqueFd open_sandbox_root(const SandboxHandle& handle);
 
-// call_exec plus the OOM-kill count of this exec (from the sandbox's memory cgroup).
+// call_exec for a sandbox (the reply's OOM kill count comes from the supervisor).
 ExecReply exec_in_sandbox(const SandboxHandle& handle, const ExecCall& call);
-
-// Where the kernel counts a sandbox's OOM kills (SandboxCgroup::oom_kill_count_file). A client
-// that execs often finds it once: finding it means re-attaching to the sandbox's cgroups.
-std::filesystem::path oom_kill_count_file(const SandboxHandle& handle);
-
-// The sandbox's OOM kills from construction on (its memory cgroup's count, a small file read), so
-// that an exec reports the kills that happened while it ran: constructed before the request is
-// sent, read after the result. Every exec client uses it, blocking or not.
-class OomKillWatch {
-  public:
-    explicit OomKillWatch(const SandboxHandle& handle);
-    // `count_file`: oom_kill_count_file(handle), found earlier.
-    explicit OomKillWatch(std::filesystem::path count_file);
-    std::uint64_t kills_since_start() const;
-
-  private:
-    std::filesystem::path count_file_;
-    std::uint64_t before_;
-};
 
 // --- Egress -------------------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ struct CgroupPlacement {
     CgroupLayout layout = CgroupLayout::v1;
     std::vector<std::filesystem::path> delegated;   // SupervisorConfig::delegated_cgroups
     std::vector<std::filesystem::path> join_files;  // SandboxCgroup::join_files
+    std::filesystem::path oom_kill_count_file;      // SandboxCgroup::oom_kill_count_file
 };
 std::string to_line(const CgroupPlacement& placement);              // JSON, then a newline
 CgroupPlacement cgroup_placement_from_line(std::string_view line);  // throws on bad JSON
@@ -64,6 +65,7 @@ struct SupervisorConfig {
     std::string hostname = "sandbox";
     CgroupLayout cgroup_layout = CgroupLayout::v1;
     std::vector<std::filesystem::path> delegated_cgroups;
+    std::filesystem::path oom_kill_count_file;  // empty: none (no memory controller)
     std::optional<std::chrono::seconds> idle_timeout;
     std::optional<std::chrono::seconds> max_lifetime;
     // closed: loopback only. allowlist: the host-side half forks the egress proxy (host network
