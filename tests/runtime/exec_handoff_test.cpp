@@ -138,6 +138,16 @@ TEST(ExecHandoff, AnEmptyArgvIsAnsweredAsAFailureNotADroppedConnection) {
     EXPECT_EQ(sandbox.sh("echo next").stdout_head, "next\n");
 }
 
+TEST(ExecHandoff, TheProgramHoldsNoDescriptorOfTheExecPathOnlyItsStdio) {
+    StateDir state;
+    ScopedSandbox sandbox(host_launch(state.path(), unique_id()));
+    // The guest process held the listener, the connection and the hand-over channel before it
+    // started the program: none may reach it (3 is ls's own handle on the directory).
+    const auto reply = exec_in_sandbox(sandbox.handle(), argv_call({"ls", "-1", "/proc/self/fd"}));
+    EXPECT_EQ(reply.exit_code, 0);
+    EXPECT_EQ(reply.stdout_head, "0\n1\n2\n3\n");
+}
+
 TEST(ExecHandoff, TheOomKillCountIsReadFromItsLineInEitherLayout) {
     EXPECT_EQ(cgroup_detail::parse_oom_kill_count("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n"),
               7u);
