@@ -2,11 +2,11 @@
 //
 // The hot path is kept short by preparing ahead: a "spare" handler is forked by PID 1 before any
 // connection arrives; it creates the exec's child cgroup and forks the guest process, which joins
-// that cgroup, then waits for its argv (still as the sandbox's root, so guest processes cannot
-// signal it). The empty capability bounding set, no_new_privs and the seccomp filter are PID 1's
-// own, inherited through both forks. Only then does the spare accept a connection, so an exec
-// costs a pipe write, the switch to the guest user, the last capability drop and the guest's own
-// execve.
+// that cgroup, readies itself to read a request, then waits in accept (still as the sandbox's
+// root, so guest processes cannot signal it). The empty capability bounding set, no_new_privs and
+// the seccomp filter are PID 1's own, inherited through both forks. A connection thus wakes the
+// guest process directly: it reads the request ahead of its handler, hands the connection over,
+// switches to the guest user and executes the program while the handler wakes to supervise.
 #pragma once
 
 #include <sys/types.h>
@@ -35,9 +35,10 @@ struct AcceptedNote {
 // back. Returns when the exec is over (finished, timed out, or the host hung up).
 void serve_exec(int connection, const ExecContext& context);
 
-// A spare handler: prepares the next guest process and notes kPrepared on `accepted_fd`, then
-// accepts one connection on `listener`, notes kAccepted (so PID 1 forks a successor) and serves it.
-// Falls back to preparing on demand when the prepared guest died in the meantime.
+// A spare handler: prepares the next guest process, which accepts one connection on `listener`,
+// and notes kPrepared on `accepted_fd`; once the guest hands the connection over, notes kAccepted
+// (so PID 1 forks a successor) and serves it. Accepts itself and prepares on demand when the
+// prepared guest died in the meantime.
 void serve_next_exec(int listener, int accepted_fd, const ExecContext& context);
 
 }  // namespace maf_sandbox::runtime
