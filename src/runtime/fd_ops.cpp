@@ -202,14 +202,30 @@ bool read_exact(int fd, char* data, std::size_t size) noexcept {
     return true;
 }
 
-bool send_fd(int channel, int fd, char byte) noexcept {
-    iovec data{&byte, 1};
+namespace {
+
+// One byte with room for one descriptor, for sendmsg and recvmsg (it points into itself: not
+// copyable).
+struct FdMessage {
+    explicit FdMessage(char& byte) noexcept : data{&byte, 1} {
+        message.msg_iov = &data;
+        message.msg_iovlen = 1;
+        message.msg_control = control;
+        message.msg_controllen = sizeof control;
+    }
+    FdMessage(const FdMessage&) = delete;
+    FdMessage& operator=(const FdMessage&) = delete;
+
+    iovec data;
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
     msghdr message{};
-    message.msg_iov = &data;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof control;
+};
+
+}  // namespace
+
+bool send_fd(int channel, int fd, char byte) noexcept {
+    FdMessage out(byte);
+    msghdr& message = out.message;
     cmsghdr* header = CMSG_FIRSTHDR(&message);
     header->cmsg_level = SOL_SOCKET;
     header->cmsg_type = SCM_RIGHTS;
@@ -223,13 +239,8 @@ bool send_fd(int channel, int fd, char byte) noexcept {
 }
 
 UniqueFd receive_fd(int channel, char& byte) noexcept {
-    iovec data{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr message{};
-    message.msg_iov = &data;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof control;
+    FdMessage in(byte);
+    msghdr& message = in.message;
     ssize_t received = 0;
     do {
         received = ::recvmsg(channel, &message, MSG_CMSG_CLOEXEC);
