@@ -225,7 +225,7 @@ bool prefer_as_oom_victim() noexcept {
 
 [[noreturn]] void guest_main(const ExecContext& context, const ExecCgroupParent::Child* cgroup,
                              int in, int out, int err, int fail, int command, int ready,
-                             int listener, int handoff) {
+                             int listener, int handoff, pid_t handler) {
     const auto fail_with = [&](int stage) {
         const ChildFailure failure{stage, errno};
         [[maybe_unused]] auto n = ::write(fail, &failure, sizeof failure);
@@ -266,6 +266,13 @@ bool prefer_as_oom_victim() noexcept {
     if (::setgroups(1, groups) != 0 ||
         ::setresgid(config.guest_gid, config.guest_gid, config.guest_gid) != 0) {
         fail_with(1);
+    }
+    // Never outlives its handler (the OOM killer could take one): waiting in accept, it would take
+    // the next connection with nobody to hand it to. Set after the groups, whose change clears it.
+    // A program the handler still answers for is never ended by it: the handler waits for the
+    // program before it exits (and a switch to a guest user other than root clears it).
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || ::getppid() != handler) {
+        ::_exit(0);
     }
     [[maybe_unused]] auto signalled = ::write(ready, "r", 1);
     ::close(ready);
@@ -370,13 +377,14 @@ Guest prepare_guest(const ExecContext& context, int listener) {
     if (listener >= 0 && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, handoff) != 0) {
         throw std::runtime_error(fmt::format("creating a socket pair: {}", std::strerror(errno)));
     }
+    const pid_t handler = ::getpid();
     const pid_t child = ::fork();
     if (child < 0) {
         throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
     }
     if (child == 0) {
         guest_main(context, guest.cgroup ? &*guest.cgroup : nullptr, in[0], out[1], err[1], fail[1],
-                   command[0], ready[1], listener, handoff[1]);
+                   command[0], ready[1], listener, handoff[1], handler);
     }
     for (const int fd : {in[0], out[1], err[1], fail[1], command[0], ready[1], handoff[1]}) {
         if (fd >= 0) {

@@ -2,6 +2,7 @@
 // handler (exec_server.cpp). These prove the paths around that shortcut: a request too large to
 // read ahead, connections that end before or during their request, a request the guest cannot
 // launch, and the OOM kill count the host reads around every exec.
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -146,6 +148,47 @@ TEST(ExecHandoff, TheProgramHoldsNoDescriptorOfTheExecPathOnlyItsStdio) {
     const auto reply = exec_in_sandbox(sandbox.handle(), argv_call({"ls", "-1", "/proc/self/fd"}));
     EXPECT_EQ(reply.exit_code, 0);
     EXPECT_EQ(reply.stdout_head, "0\n1\n2\n3\n");
+}
+
+// The children of the sandbox's PID 1 that are supervisor processes (its spare handlers; a handler
+// serving an exec too, but none runs here), as the host sees them.
+std::vector<pid_t> spare_handlers(const SandboxHandle& handle) {
+    std::ifstream children(fmt::format("/proc/{0}/task/{0}/children", handle.pid));
+    std::vector<pid_t> pids;
+    for (pid_t pid = 0; children >> pid;) {
+        std::ifstream comm(fmt::format("/proc/{}/comm", pid));
+        std::string name;
+        if (std::getline(comm, name) && name.starts_with("maf-sandbox-sup")) {
+            pids.push_back(pid);
+        }
+    }
+    return pids;
+}
+
+TEST(ExecHandoff, AGuestWhoseHandlerDiedNeverTakesAConnection) {
+    StateDir state;
+    ScopedSandbox sandbox(host_launch(state.path(), unique_id()));
+    ASSERT_EQ(sandbox.sh("true").exit_code, 0);  // two spares from now on
+    ::usleep(100 * 1000);
+    const auto spares = spare_handlers(sandbox.handle());
+    ASSERT_FALSE(spares.empty());
+    for (const pid_t pid : spares) {
+        ::kill(pid, SIGKILL);  // as the OOM killer could; their guests wait in accept
+    }
+    // Once PID 1 has reaped them. (A guest killed in the instant after it accepted drops that one
+    // connection, as a handler killed then would: not what this proves.)
+    for (const pid_t pid : spares) {
+        for (int i = 0; i < 200 && std::filesystem::exists(fmt::format("/proc/{}", pid)); ++i) {
+            ::usleep(10 * 1000);
+        }
+    }
+    // A prepared guest outliving its handler would take the next connection and, with nobody to
+    // hand it to, drop it: every one of these must be answered.
+    for (int i = 0; i < 4; ++i) {
+        const auto reply = sandbox.sh(fmt::format("echo {}", i));
+        EXPECT_EQ(reply.exit_code, 0);
+        EXPECT_EQ(reply.stdout_head, fmt::format("{}\n", i));
+    }
 }
 
 TEST(ExecHandoff, TheOomKillCountIsReadFromItsLineInEitherLayout) {
