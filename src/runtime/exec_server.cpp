@@ -354,11 +354,6 @@ class Exec {
 
 }  // namespace
 
-void serve_exec(int connection, const ExecContext& context) {
-    ::signal(SIGPIPE, SIG_IGN);
-    Exec(connection, context, std::nullopt, false).run();
-}
-
 void serve_next_exec(int listener, int accepted_fd, const ExecContext& context) {
     ::signal(SIGPIPE, SIG_IGN);
     std::optional<Guest> prepared;

@@ -31,10 +31,6 @@ struct AcceptedNote {
     pid_t handler = 0;
 };
 
-// Reads one request from `connection`, runs it in its own child cgroup and streams the outcome
-// back. Returns when the exec is over (finished, timed out, or the host hung up).
-void serve_exec(int connection, const ExecContext& context);
-
 // A spare handler: prepares the next guest process, which accepts one connection on `listener`,
 // and notes kPrepared on `accepted_fd`; once the guest hands the connection over, notes kAccepted
 // (so PID 1 forks a successor) and serves it. Accepts itself and prepares on demand when the
