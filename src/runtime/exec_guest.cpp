@@ -2,10 +2,13 @@
 // (exec_guest.hpp).
 #include "exec_guest.hpp"
 #include "fd_ops.hpp"
+#include "raw_syscall.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -18,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include <fmt/format.h>
 #include <boost/json.hpp>
@@ -40,66 +44,7 @@ constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
 // rest of the request's JSON); a larger one is left to the handler, which reads it whole.
 constexpr std::size_t kPeekBytes = 16 * 1024;
 
-void put_u32(std::string& out, std::uint32_t value) {
-    for (int i = 0; i < 4; ++i) {
-        out.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
-    }
-}
-
-std::uint32_t get_u32(std::string_view& in) {
-    if (in.size() < 4) {
-        return 0;
-    }
-    std::uint32_t value = 0;
-    for (int i = 0; i < 4; ++i) {
-        value |= static_cast<std::uint32_t>(static_cast<unsigned char>(in[i])) << (8 * i);
-    }
-    in.remove_prefix(4);
-    return value;
-}
-
-bool decode(std::string_view in, Launch& launch) {
-    const auto get_list = [&](std::vector<std::string>& items) {
-        const auto count = get_u32(in);
-        for (std::uint32_t i = 0; i < count; ++i) {
-            const auto size = get_u32(in);
-            if (size > in.size()) {
-                return false;
-            }
-            items.emplace_back(in.substr(0, size));
-            in.remove_prefix(size);
-        }
-        return true;
-    };
-    std::vector<std::string> cwd;
-    if (!get_list(launch.argv) || !get_list(launch.candidates) || !get_list(launch.env) ||
-        !get_list(cwd) || cwd.size() != 1 || launch.argv.empty()) {
-        return false;
-    }
-    launch.cwd = std::move(cwd[0]);
-    return true;
-}
-
 }  // namespace
-
-// A length-prefixed list of length-prefixed strings per field; the guest process decodes it.
-std::string encode(const Launch& launch) {
-    std::string body;
-    const auto put_list = [&](const std::vector<std::string>& items) {
-        put_u32(body, static_cast<std::uint32_t>(items.size()));
-        for (const auto& item : items) {
-            put_u32(body, static_cast<std::uint32_t>(item.size()));
-            body += item;
-        }
-    };
-    put_list(launch.argv);
-    put_list(launch.candidates);
-    put_list(launch.env);
-    put_list({launch.cwd});
-    std::string out;
-    put_u32(out, static_cast<std::uint32_t>(body.size()));
-    return out + body;
-}
 
 // The guest's argv, environment, candidates for argv[0] and working directory for `call`.
 Launch launch_for(const ExecCall& call, const SupervisorConfig& config) {
@@ -206,58 +151,107 @@ int accept_connection(int listener) noexcept {
     }
 }
 
-namespace {
-
-// Async-signal-safe. While this process is not dumpable its /proc files belong to the host's
-// root, not to the sandbox's, so it becomes dumpable for the one write: nothing of the guest's
-// runs yet, and a guest process that could look (root inside) has no more power than this one.
-bool prefer_as_oom_victim() noexcept {
+// Sets the calling process's OOM score adjustment. While this process is not dumpable its /proc
+// files belong to the host's root, not to the sandbox's, so it becomes dumpable for the one write:
+// nothing of the guest's runs in it yet, and a guest process that could look (root inside) has no
+// more power than this one.
+bool set_own_oom_score_adj(const char* value) noexcept {
     if (::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) {
         return false;
     }
     const int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-    const bool written = fd >= 0 && ::write(fd, "1000", 4) == 4;
+    const auto size = static_cast<ssize_t>(std::strlen(value));
+    const bool written = fd >= 0 && ::write(fd, value, static_cast<std::size_t>(size)) == size;
     if (fd >= 0) {
         ::close(fd);
     }
     return ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 && written;
 }
 
-[[noreturn]] void guest_main(const ExecContext& context, const ExecCgroupParent::Child* cgroup,
-                             int in, int out, int err, int fail, int command, int ready,
-                             int listener, int handoff, pid_t handler) {
-    const auto fail_with = [&](int stage) {
-        const ChildFailure failure{stage, errno};
-        [[maybe_unused]] auto n = ::write(fail, &failure, sizeof failure);
+// What the guest process reads in its handler's memory. The handler allocates it before the
+// guest starts and frees it only once the guest has left that memory (Guest's destructor).
+struct GuestShared {
+    Launch launch;
+    // launch.argv and launch.env as execve takes them, made before the guest's raw-calls-only part.
+    std::vector<char*> argv;
+    std::vector<char*> env;
+    std::optional<RequestPeek> peek;  // made by a guest that accepts its own connection
+
+    void point_at_launch() {
+        argv.clear();
+        env.clear();
+        for (auto& arg : launch.argv) {
+            argv.push_back(arg.data());
+        }
+        argv.push_back(nullptr);
+        for (auto& line : launch.env) {
+            env.push_back(line.data());
+        }
+        env.push_back(nullptr);
+    }
+};
+
+namespace {
+
+// What prepare_guest gives the guest process; the guest copies it before it says it is ready.
+struct GuestStart {
+    const ExecContext* context;
+    const ExecCgroupParent::Child* cgroup;
+    GuestShared* shared;
+    int in, out, err, fail, command, ready, listener, handoff;
+    pid_t handler;
+};
+
+// Drops every capability the guest's user would still hold (all of them when the image runs its
+// guest as root inside): clearing the permitted set clears the ambient set with it. The bounding
+// set is empty and no_new_privs set already, by PID 1; set here again, it costs one call.
+long drop_capabilities_raw() noexcept {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+    if (const long result = raw::call(SYS_capset, raw::arg(&header), raw::arg(data)); result < 0) {
+        return result;
+    }
+    return raw::call(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+}
+
+// The guest process. Its two rules (exec_guest.hpp): the heap and errno only while the handler is
+// blocked (until `ready` is written, then from accept to the hand-over), raw calls only after.
+[[noreturn]] void guest_main(const GuestStart& given) {
+    const GuestStart start = given;
+    const auto& config = *start.context->config;
+    GuestShared& shared = *start.shared;
+    const auto fail_with = [&](int stage, long error) {
+        const ChildFailure failure{stage, static_cast<int>(error)};
+        raw::call(SYS_write, start.fail, raw::arg(&failure), sizeof failure);
         ::_exit(127);
     };
-    const auto& config = *context.config;
+    // Part one: the handler waits for `ready`.
     sigset_t all;
     sigemptyset(&all);
     ::sigprocmask(SIG_SETMASK, &all, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
     ::setsid();
-    if (cgroup != nullptr && !cgroup->join_self()) {
-        fail_with(0);
+    if (start.cgroup != nullptr && !start.cgroup->join_self()) {
+        fail_with(0, errno);
     }
     // Guest programs are the OOM killer's first choice: a guest filling memory (its tmpfs layers
     // are charged to the sandbox's cgroup too) must not get PID 1 killed. Raising the score needs
     // no privilege; lowering the supervisor's would need CAP_SYS_RESOURCE, which hosts like this
     // one do not grant. A guest may lower itself back to 0: then it can only kill its own sandbox.
-    if (!prefer_as_oom_victim()) {
-        fail_with(6);
+    // The score is the memory's: the handler gets it too, and sets its own back once we exec.
+    if (!set_own_oom_score_adj("1000")) {
+        fail_with(6, errno);
     }
-    ::dup2(in, 0);
-    ::dup2(out, 1);
-    ::dup2(err, 2);
+    ::dup2(start.in, 0);
+    ::dup2(start.out, 1);
+    ::dup2(start.err, 2);
     ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
     // Waits still as the sandbox's root (no bounding set, no_new_privs, filtered: PID 1's,
     // inherited) so that guest processes, which run as the guest user, cannot signal the next
     // exec's process; dumpable is off (inherited from PID 1), so they cannot read its descriptors
-    // either.
-    std::optional<RequestPeek> peek;
-    if (listener >= 0) {
-        peek.emplace(config);
+    // or its memory either.
+    if (start.listener >= 0) {
+        shared.peek.emplace(config);
     }
     // (perf) The guest's groups now, while waiting, and its user only once the launch is known:
     // signals are checked against the user, never the groups, so guest processes still cannot
@@ -265,101 +259,156 @@ bool prefer_as_oom_victim() noexcept {
     const gid_t groups[1] = {config.guest_gid};
     if (::setgroups(1, groups) != 0 ||
         ::setresgid(config.guest_gid, config.guest_gid, config.guest_gid) != 0) {
-        fail_with(1);
+        fail_with(1, errno);
     }
     // Never outlives its handler (the OOM killer could take one): waiting in accept, it would take
     // the next connection with nobody to hand it to. Set after the groups, whose change clears it.
     // A program the handler still answers for is never ended by it: the handler waits for the
     // program before it exits (and a switch to a guest user other than root clears it).
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || ::getppid() != handler) {
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || ::getppid() != start.handler) {
         ::_exit(0);
     }
-    [[maybe_unused]] auto signalled = ::write(ready, "r", 1);
-    ::close(ready);
-    Launch launch;
+    // Part two: the handler runs. Raw calls only, except from accept to the hand-over, while the
+    // handler waits for it.
+    raw::call(SYS_write, start.ready, raw::arg("r"), 1);
+    raw::call(SYS_close, start.ready);
     bool launching = false;
-    if (peek) {
+    if (start.listener >= 0) {
         // (perf, exec round trip) The connection wakes this process, not the handler, which would
         // then have to wake us in turn: one cross-process wake-up fewer before the program starts.
         // The handler, woken by the hand-over, supervises while the program starts.
-        const int connection = accept_connection(listener);
+        long connection = 0;
+        do {
+            connection = raw::call(SYS_accept4, start.listener, 0, 0, SOCK_CLOEXEC);
+        } while (connection == -EINTR || connection == -ECONNABORTED);
         if (connection < 0) {
             ::_exit(0);  // the handler sees the hand-over channel close and accepts itself
         }
-        launching = peek->launch_for_request(connection, config, launch);
-        if (!detail::send_fd(handoff, connection, launching ? kLaunching : kAwaitLaunch)) {
+        const int accepted = static_cast<int>(connection);
+        launching = shared.peek->launch_for_request(accepted, config, shared.launch);
+        if (launching) {
+            shared.point_at_launch();
+        }
+        if (!detail::send_fd(start.handoff, accepted, launching ? kLaunching : kAwaitLaunch)) {
             ::_exit(0);
         }
         // (perf) The hand-over channel is left to execve to close: closed here, while the
         // connection may still be in flight to the handler, it cost 25-35 us; the handler closes
         // its end as soon as it has the connection, and execve then closes ours for free.
-        ::close(connection);
-        ::close(listener);
+        raw::call(SYS_close, accepted);
+        raw::call(SYS_close, start.listener);
     }
     if (!launching) {
-        launch = Launch{};
-        char header[4];
-        if (!detail::read_exact(command, header, sizeof header)) {
+        char go = 0;
+        long got = 0;
+        do {
+            got = raw::call(SYS_read, start.command, raw::arg(&go), 1);
+        } while (got == -EINTR);
+        if (got != 1) {
             ::_exit(0);  // the handler went away before using us
         }
-        std::string_view header_view(header, sizeof header);
-        std::string body(get_u32(header_view), '\0');
-        if (!detail::read_exact(command, body.data(), body.size()) || !decode(body, launch)) {
-            ::_exit(0);
-        }
     }
-    ::close(command);
-    if (::setresuid(config.guest_uid, config.guest_uid, config.guest_uid) != 0) {
-        fail_with(1);
+    raw::call(SYS_close, start.command);
+    const Launch& launch = shared.launch;
+    if (const long result =
+            raw::call(SYS_setresuid, config.guest_uid, config.guest_uid, config.guest_uid);
+        result < 0) {
+        fail_with(1, -result);
     }
-    if (!drop_all_capabilities()) {
-        fail_with(2);
+    if (const long result = drop_capabilities_raw(); result < 0) {
+        fail_with(2, -result);
     }
-    if (::chdir(launch.cwd.c_str()) != 0) {
-        fail_with(3);
+    if (const long result = raw::call(SYS_chdir, raw::arg(launch.cwd.c_str())); result < 0) {
+        fail_with(3, -result);
     }
-    std::vector<char*> argv;
-    for (auto& arg : launch.argv) {
-        argv.push_back(arg.data());
-    }
-    argv.push_back(nullptr);
-    std::vector<char*> env;
-    for (auto& line : launch.env) {
-        env.push_back(line.data());
-    }
-    env.push_back(nullptr);
-    int exec_error = ENOENT;
+    long exec_error = -ENOENT;
     for (const auto& candidate : launch.candidates) {
         // (perf) A PATH entry without the program is skipped with a lookup: a failed execve
         // first builds the new program's memory and copies argv and the environment into it
         // (three misses before /usr/bin were 30-60 us of each `true`). Whatever exists is still
         // left to execve to judge, as execvp does.
-        if (launch.candidates.size() > 1 &&
-            ::faccessat(AT_FDCWD, candidate.c_str(), F_OK, AT_EACCESS) != 0 &&
-            (errno == ENOENT || errno == ENOTDIR)) {
-            continue;
+        if (launch.candidates.size() > 1) {
+            const long found =
+                raw::call(SYS_faccessat, AT_FDCWD, raw::arg(candidate.c_str()), F_OK);
+            if (found == -ENOENT || found == -ENOTDIR) {
+                continue;
+            }
         }
-        ::execve(candidate.c_str(), argv.data(), env.data());
-        if (errno != ENOENT && errno != ENOTDIR) {
-            exec_error = errno;
-            if (errno != EACCES) {
+        const long result = raw::call(SYS_execve, raw::arg(candidate.c_str()),
+                                      raw::arg(shared.argv.data()), raw::arg(shared.env.data()));
+        if (result != -ENOENT && result != -ENOTDIR) {
+            exec_error = result;
+            if (result != -EACCES) {
                 break;
             }
         }
     }
-    errno = exec_error;
-    fail_with(5);
+    fail_with(5, -exec_error);
     ::_exit(127);
+}
+
+int guest_entry(void* start) {
+    guest_main(*static_cast<const GuestStart*>(start));
 }
 
 }  // namespace
 
-// Creates the exec's cgroup and pipes and forks the guest process, which waits for its launch from
-// the handler, or, given the supervisor's `listener`, accepts the next connection itself and hands
-// it over on `handoff_fd`. Throws on failure.
-Guest prepare_guest(const ExecContext& context, int listener) {
+Guest::Guest() = default;
+
+Guest::Guest(Guest&& other) noexcept {
+    take(other);
+}
+
+Guest& Guest::operator=(Guest&& other) noexcept {
+    if (this != &other) {
+        end();
+        take(other);
+    }
+    return *this;
+}
+
+Guest::~Guest() {
+    end();
+}
+
+// A guest not yet reaped may still be running in memory this object frees: it goes first.
+void Guest::end() noexcept {
+    if (pid > 0) {
+        ::kill(pid, SIGKILL);
+        reap();
+    }
+}
+
+void Guest::take(Guest& other) noexcept {
+    pid = std::exchange(other.pid, -1);
+    ready = other.ready;
+    cgroup = std::move(other.cgroup);
+    stdin_fd = std::move(other.stdin_fd);
+    stdout_fd = std::move(other.stdout_fd);
+    stderr_fd = std::move(other.stderr_fd);
+    failure_fd = std::move(other.failure_fd);
+    command_fd = std::move(other.command_fd);
+    handoff_fd = std::move(other.handoff_fd);
+    pidfd = std::move(other.pidfd);
+    shared = std::move(other.shared);
+}
+
+int Guest::reap() noexcept {
+    int status = 0;
+    if (pid > 0) {
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        pid = -1;
+    }
+    return status;
+}
+
+// Creates the exec's cgroup and pipes and clones the guest process onto `stack`, then waits until
+// it is ready. Throws when it cannot start one.
+Guest prepare_guest(const ExecContext& context, GuestStack& stack, int listener) {
     static std::atomic<unsigned> counter{0};
     Guest guest;
+    guest.shared = std::make_unique<GuestShared>();
     if (!context.cgroups->empty()) {
         // Unique even when a handler's pid is reused while an older exec's cgroup of that pid is
         // still being removed (joining a cgroup mid-removal fails with ENODEV).
@@ -377,30 +426,61 @@ Guest prepare_guest(const ExecContext& context, int listener) {
     if (listener >= 0 && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, handoff) != 0) {
         throw std::runtime_error(fmt::format("creating a socket pair: {}", std::strerror(errno)));
     }
-    const pid_t handler = ::getpid();
-    const pid_t child = ::fork();
-    if (child < 0) {
-        throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
-    }
-    if (child == 0) {
-        guest_main(context, guest.cgroup ? &*guest.cgroup : nullptr, in[0], out[1], err[1], fail[1],
-                   command[0], ready[1], listener, handoff[1], handler);
-    }
+    GuestStart start{&context,
+                     guest.cgroup ? &*guest.cgroup : nullptr,
+                     guest.shared.get(),
+                     in[0],
+                     out[1],
+                     err[1],
+                     fail[1],
+                     command[0],
+                     ready[1],
+                     listener,
+                     handoff[1],
+                     ::getpid()};
+    // SIGCHLD: reaped like a forked child. No CLONE_FILES, CLONE_FS or CLONE_SIGHAND: only the
+    // memory is shared, so its descriptors, working directory and signal handling are its own.
+    const pid_t child =
+        ::clone(guest_entry, stack.bytes + GuestStack::kBytes, CLONE_VM | SIGCHLD, &start);
+    const int clone_error = errno;
+    // The guest's ends, and `ready`'s, so that its read sees EOF if the guest dies first.
     for (const int fd : {in[0], out[1], err[1], fail[1], command[0], ready[1], handoff[1]}) {
         if (fd >= 0) {
             ::close(fd);
         }
     }
-    guest.handoff_fd = UniqueFd(handoff[0]);
+    UniqueFd ready_fd(ready[0]);
+    if (child < 0) {
+        for (const int fd : {in[1], out[0], err[0], fail[0], command[1], handoff[0]}) {
+            if (fd >= 0) {
+                ::close(fd);
+            }
+        }
+        throw std::runtime_error(fmt::format("clone: {}", std::strerror(clone_error)));
+    }
     guest.pid = child;
+    // Blocked (no allocation, no errno) while the guest prepares: it uses the heap meanwhile.
+    char byte = 0;
+    ssize_t got = 0;
+    do {
+        got = ::read(ready_fd.get(), &byte, 1);
+    } while (got < 0 && errno == EINTR);
+    guest.ready = got == 1;
+    guest.handoff_fd = UniqueFd(handoff[0]);
     guest.stdin_fd = UniqueFd(in[1]);
     guest.stdout_fd = UniqueFd(out[0]);
     guest.stderr_fd = UniqueFd(err[0]);
     guest.failure_fd = UniqueFd(fail[0]);
     guest.command_fd = UniqueFd(command[1]);
-    guest.ready_fd = UniqueFd(ready[0]);
     guest.pidfd = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
     return guest;
+}
+
+// Gives a guest waiting for its launch the `launch` and lets it go. False when it is gone.
+bool send_launch(Guest& guest, const Launch& launch) {
+    guest.shared->launch = launch;
+    guest.shared->point_at_launch();
+    return guest.ready && detail::write_all(guest.command_fd.get(), "g") == 0;
 }
 
 // True when a guest prepared earlier is still waiting for its Launch (guest processes cannot
@@ -413,7 +493,7 @@ bool still_waiting(const Guest& guest) {
 void discard(Guest& guest) {
     if (guest.pid > 0) {
         ::kill(guest.pid, SIGKILL);
-        ::waitpid(guest.pid, nullptr, 0);
+        guest.reap();
     }
     if (guest.cgroup) {
         guest.cgroup->remove();

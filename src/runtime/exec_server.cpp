@@ -34,12 +34,13 @@ namespace {
 using exec_guest::accept_connection;
 using exec_guest::ChildFailure;
 using exec_guest::discard;
-using exec_guest::encode;
 using exec_guest::Guest;
+using exec_guest::GuestStack;
 using exec_guest::kLaunching;
 using exec_guest::Launch;
 using exec_guest::launch_for;
 using exec_guest::prepare_guest;
+using exec_guest::send_launch;
 using exec_guest::still_waiting;
 
 constexpr std::size_t kChunk = 64 * 1024;
@@ -59,9 +60,11 @@ class Exec {
   public:
     // `launched`: the prepared guest accepted the connection and is already starting the
     // request's program.
-    Exec(int connection, const ExecContext& context, std::optional<Guest> prepared, bool launched)
+    Exec(int connection, const ExecContext& context, GuestStack& stack,
+         std::optional<Guest> prepared, bool launched)
         : connection_(connection),
           context_(context),
+          stack_(stack),
           prepared_(std::move(prepared)),
           launched_(launched && prepared_) {}
 
@@ -112,7 +115,7 @@ class Exec {
     void abandon_launched() {
         if (launched_) {
             kill_tree(prepared_->cgroup, prepared_->pid);
-            ::waitpid(prepared_->pid, nullptr, 0);
+            prepared_->reap();
         }
     }
 
@@ -120,21 +123,18 @@ class Exec {
         const Launch launch = launch_for(call, *context_.config);
         if (launched_) {
             guest_ = std::move(*prepared_);
-        } else if (const std::string message = encode(launch);
-                   prepared_ && still_waiting(*prepared_) &&
-                   detail::write_all(prepared_->command_fd.get(), message) == 0) {
+        } else if (prepared_ && still_waiting(*prepared_) && send_launch(*prepared_, launch)) {
             guest_ = std::move(*prepared_);
         } else {
             if (prepared_) {
                 discard(*prepared_);
             }
-            guest_ = prepare_guest(context_);
-            // A failed write means the guest died preparing; its failure pipe says why.
-            [[maybe_unused]] auto sent = detail::write_all(guest_.command_fd.get(), message) == 0;
+            guest_ = prepare_guest(context_, stack_);
+            // Not sent when the guest died preparing; its failure pipe says why.
+            [[maybe_unused]] auto sent = send_launch(guest_, launch);
         }
         prepared_.reset();
         guest_.command_fd.reset();
-        guest_.ready_fd.reset();
         guest_.handoff_fd.reset();
         const pid_t child = guest_.pid;
         UniqueFd stdin_fd = std::move(guest_.stdin_fd);
@@ -158,6 +158,8 @@ class Exec {
         }
         bool exited = false;
         bool killed = false;
+        ChildFailure failure{};
+        bool failed = false;
         int status = 0;
         cap_ = call.max_output_bytes;
         stop_at_cap_ = call.kill_past_output_cap;
@@ -167,7 +169,7 @@ class Exec {
             return exited && (!call.wait_for_output_eof || (eof_[0] && eof_[1]));
         };
         while (!over()) {
-            pollfd fds[5];
+            pollfd fds[6];
             int count = 0;
             const int pid_index = count;
             fds[count++] = {exited ? -1 : pidfd, POLLIN, 0};
@@ -177,6 +179,10 @@ class Exec {
             fds[count++] = {eof_[0] ? -1 : streams_[0].fd.get(), POLLIN, 0};
             const int err_index = count;
             fds[count++] = {eof_[1] ? -1 : streams_[1].fd.get(), POLLIN, 0};
+            const int fail_index = failure_fd ? count : -1;
+            if (failure_fd) {
+                fds[count++] = {failure_fd.get(), POLLIN, 0};
+            }
             const int in_index = stdin_fd ? count : -1;
             if (stdin_fd) {
                 fds[count++] = {stdin_fd.get(), POLLOUT, 0};
@@ -189,7 +195,7 @@ class Exec {
                     kill_tree(cgroup, child);
                 }
                 if (!exited) {
-                    ::waitpid(child, nullptr, 0);
+                    guest_.reap();
                 }
                 reply.status = ExecStatus::timed_out;
                 reply.message =
@@ -205,7 +211,7 @@ class Exec {
             if (fds[conn_index].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR)) {
                 // The host hung up (or timed out itself): nobody waits for this tree any more.
                 kill_tree(cgroup, child);
-                ::waitpid(child, nullptr, 0);
+                guest_.reap();
                 std::_Exit(0);
             }
             if (fds[out_index].revents) {
@@ -233,18 +239,30 @@ class Exec {
                 kill_tree(cgroup, child);
                 killed = true;
                 if (!exited) {
-                    ::waitpid(child, &status, 0);
+                    status = guest_.reap();
                     exited = true;
                 }
             }
             if (!exited && (fds[pid_index].revents & POLLIN)) {
-                ::waitpid(child, &status, 0);
+                status = guest_.reap();
                 exited = true;
+            }
+            if (fail_index >= 0 && fds[fail_index].revents) {
+                // The guest has left our memory: it ran execve, or it failed and exited. Its OOM
+                // score, set while it shared our memory, was ours too: ours goes back to 0, so
+                // that the OOM killer takes the program before the process answering for it.
+                failed = ::read(failure_fd.get(), &failure, sizeof failure) == sizeof failure;
+                failure_fd.reset();
+                if (!exited) {
+                    exec_guest::set_own_oom_score_adj("0");
+                }
             }
         }
         drain();
-        ChildFailure failure{};
-        if (::read(failure_fd.get(), &failure, sizeof failure) == sizeof failure) {
+        if (failure_fd) {
+            failed = ::read(failure_fd.get(), &failure, sizeof failure) == sizeof failure;
+        }
+        if (failed) {
             describe_failure(failure, launch.argv[0], launch.cwd, reply);
         } else {
             reply.status = ExecStatus::exited;
@@ -342,6 +360,7 @@ class Exec {
 
     int connection_;
     const ExecContext& context_;
+    GuestStack& stack_;
     std::optional<Guest> prepared_;
     bool launched_ = false;
     Guest guest_;
@@ -356,13 +375,15 @@ class Exec {
 
 void serve_next_exec(int listener, int accepted_fd, const ExecContext& context) {
     ::signal(SIGPIPE, SIG_IGN);
+    // Where this handler's guest processes run until their execve; declared first, so that it
+    // outlives every Guest, whose destructor ends a guest still running on it.
+    GuestStack stack;
     std::optional<Guest> prepared;
     try {
-        prepared = prepare_guest(context, listener);
-        // Wait until it is hardened (its cgroup populated), so PID 1's sweep of empty exec
-        // cgroups, which follows our accept, can never take it.
-        char byte = 0;
-        if (::read(prepared->ready_fd.get(), &byte, 1) != 1) {
+        // Returns once the guest is hardened (its cgroup populated), so PID 1's sweep of empty
+        // exec cgroups, which follows our accept, can never take it.
+        prepared = prepare_guest(context, stack, listener);
+        if (!prepared->ready) {
             discard(*prepared);
             prepared.reset();
         }
@@ -373,6 +394,8 @@ void serve_next_exec(int listener, int accepted_fd, const ExecContext& context) 
         const AcceptedNote note{what, ::getpid()};
         [[maybe_unused]] auto told = ::write(accepted_fd, &note, sizeof note);
     };
+    // From here until the hand-over arrives, this process allocates nothing: a connection may
+    // already have reached the guest, which then reads its request using our heap (exec_guest.hpp).
     tell(AcceptedNote::kPrepared);
     UniqueFd connection;
     bool launched = false;
@@ -396,7 +419,7 @@ void serve_next_exec(int listener, int accepted_fd, const ExecContext& context) 
     ::close(listener);
     tell(AcceptedNote::kAccepted);
     ::close(accepted_fd);
-    Exec(connection.get(), context, std::move(prepared), launched).run();
+    Exec(connection.get(), context, stack, std::move(prepared), launched).run();
 }
 
 }  // namespace maf_sandbox::runtime

@@ -1,10 +1,11 @@
 // Inside the sandbox: serving one exec connection (a child of the supervisor per connection).
 //
 // The hot path is kept short by preparing ahead: a "spare" handler is forked by PID 1 before any
-// connection arrives; it creates the exec's child cgroup and forks the guest process, which joins
-// that cgroup, readies itself to read a request, then waits in accept (still as the sandbox's
-// root, so guest processes cannot signal it). The empty capability bounding set, no_new_privs and
-// the seccomp filter are PID 1's own, inherited through both forks. A connection thus wakes the
+// connection arrives; it creates the exec's child cgroup and clones the guest process (which
+// shares its memory until execve: exec_guest.hpp); the guest joins that cgroup, readies itself to
+// read a request, then waits in accept (still as the sandbox's root, so guest processes cannot
+// signal it). The empty capability bounding set, no_new_privs and the seccomp filter are PID 1's
+// own, inherited by both. A connection thus wakes the
 // guest process directly: it reads the request ahead of its handler, hands the connection over,
 // switches to the guest user and executes the program while the handler wakes to supervise.
 #pragma once

@@ -1,7 +1,8 @@
 // The spare's guest process accepts the exec connection itself and reads the request ahead of its
 // handler (exec_server.cpp). These prove the paths around that shortcut: a request too large to
 // read ahead, connections that end before or during their request, a request the guest cannot
-// launch, and the OOM kill count the host reads around every exec.
+// launch, failures before the program starts, the OOM scores of a program and its handler, and the
+// OOM kill count the host reads around every exec.
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "maf_sandbox/runtime/cgroup.hpp"
@@ -189,6 +191,81 @@ TEST(ExecHandoff, AGuestWhoseHandlerDiedNeverTakesAConnection) {
         EXPECT_EQ(reply.exit_code, 0);
         EXPECT_EQ(reply.stdout_head, fmt::format("{}\n", i));
     }
+}
+
+// The guest process reports why it could not start the program with raw system calls, while it
+// still runs in its handler's memory (exec_guest.hpp): each cause must arrive as itself, whether
+// the guest read the request itself or its handler sent the launch (a request over 16 KiB).
+TEST(ExecHandoff, WhyAProgramCouldNotStartIsReportedWithItsCauseOnEitherPath) {
+    StateDir state;
+    ScopedSandbox sandbox(host_launch(state.path(), unique_id()));
+    for (const std::size_t padding : {std::size_t{0}, std::size_t{40 * 1024}}) {
+        SCOPED_TRACE(fmt::format("padding {}", padding));
+        const auto call = [&](std::vector<std::string> argv, std::string cwd = "") {
+            auto made = argv_call(std::move(argv));
+            made.cwd = std::move(cwd);
+            if (padding > 0) {
+                made.env.emplace_back("PADDING", std::string(padding, 'x'));
+            }
+            return exec_in_sandbox(sandbox.handle(), made);
+        };
+        const auto missing = call({"no-such-program-here"});
+        EXPECT_EQ(missing.status, ExecStatus::exited);
+        EXPECT_EQ(missing.exit_code, 127);
+        EXPECT_EQ(missing.stderr_head,
+                  "maf-sandbox: cannot run 'no-such-program-here': No such file or directory\n");
+        const auto not_executable = call({"/etc/hostname"});
+        EXPECT_EQ(not_executable.exit_code, 126);
+        EXPECT_EQ(not_executable.stderr_head,
+                  "maf-sandbox: cannot run '/etc/hostname': Permission denied\n");
+        const auto no_directory = call({"true"}, "/no/such/directory");
+        EXPECT_EQ(no_directory.status, ExecStatus::failed);
+        EXPECT_EQ(no_directory.message,
+                  "the working directory /no/such/directory cannot be entered: No such file or "
+                  "directory");
+        EXPECT_EQ(call({"true"}).exit_code, 0);
+    }
+}
+
+std::string oom_score_adj(pid_t pid) {
+    std::ifstream file(fmt::format("/proc/{}/oom_score_adj", pid));
+    std::string value;
+    std::getline(file, value);
+    return value;
+}
+
+// The guest raises its OOM score while it shares its handler's memory, which raises the handler's
+// too: the handler sets its own back once the program runs, so that a memory-hungry sandbox loses
+// the program (reported as killed) before the process that reports on it.
+TEST(ExecHandoff, TheProgramIsTheOomKillersFirstChoiceAndItsHandlerIsNot) {
+    StateDir state;
+    ScopedSandbox sandbox(host_launch(state.path(), unique_id()));
+    std::thread exec([&] { sandbox.sh("exec sleep 3"); });
+    pid_t program = 0;
+    pid_t handler = 0;
+    for (int i = 0; i < 400 && program == 0; ++i) {
+        for (const pid_t candidate : spare_handlers(sandbox.handle())) {
+            std::ifstream children(fmt::format("/proc/{0}/task/{0}/children", candidate));
+            for (pid_t child = 0; children >> child;) {
+                std::ifstream comm(fmt::format("/proc/{}/comm", child));
+                std::string name;
+                if (std::getline(comm, name) && name == "sleep") {
+                    program = child;
+                    handler = candidate;
+                }
+            }
+        }
+        ::usleep(10 * 1000);
+    }
+    ASSERT_NE(program, 0) << "the exec's program was never seen";
+    std::string handler_score;
+    for (int i = 0; i < 200 && (handler_score = oom_score_adj(handler)) != "0"; ++i) {
+        ::usleep(10 * 1000);
+    }
+    EXPECT_EQ(handler_score, "0");
+    EXPECT_EQ(oom_score_adj(program), "1000");
+    ::kill(program, SIGKILL);
+    exec.join();
 }
 
 TEST(ExecHandoff, TheOomKillCountIsReadFromItsLineInEitherLayout) {
