@@ -151,21 +151,25 @@ int accept_connection(int listener) noexcept {
     }
 }
 
-// Sets the calling process's OOM score adjustment. While this process is not dumpable its /proc
-// files belong to the host's root, not to the sandbox's, so it becomes dumpable for the one write:
-// nothing of the guest's runs in it yet, and a guest process that could look (root inside) has no
-// more power than this one.
-bool set_own_oom_score_adj(const char* value) noexcept {
+// The calling process's oom_score_adj, opened for writing. While this process is not dumpable its
+// /proc files belong to the host's root, not to the sandbox's, so it becomes dumpable for the
+// open: no guest code runs in it, and a guest process that could look (root inside, in that
+// instant) would gain nothing a guest process does not have. Writes need no more than the open.
+UniqueFd open_own_oom_score_adj() {
     if (::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) {
-        return false;
+        throw std::runtime_error(
+            fmt::format("making the handler dumpable: {}", std::strerror(errno)));
     }
-    const int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-    const auto size = static_cast<ssize_t>(std::strlen(value));
-    const bool written = fd >= 0 && ::write(fd, value, static_cast<std::size_t>(size)) == size;
-    if (fd >= 0) {
-        ::close(fd);
+    UniqueFd fd(::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC));
+    const int open_error = errno;
+    if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+        std::_Exit(1);  // never serve an exec with our memory readable to guest programs
     }
-    return ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 && written;
+    if (!fd) {
+        throw std::runtime_error(
+            fmt::format("opening the handler's oom_score_adj: {}", std::strerror(open_error)));
+    }
+    return fd;
 }
 
 // What the guest process reads in its handler's memory. The handler allocates it before the
@@ -233,14 +237,6 @@ long drop_capabilities_raw() noexcept {
     ::setsid();
     if (start.cgroup != nullptr && !start.cgroup->join_self()) {
         fail_with(0, errno);
-    }
-    // Guest programs are the OOM killer's first choice: a guest filling memory (its tmpfs layers
-    // are charged to the sandbox's cgroup too) must not get PID 1 killed. Raising the score needs
-    // no privilege; lowering the supervisor's would need CAP_SYS_RESOURCE, which hosts like this
-    // one do not grant. A guest may lower itself back to 0: then it can only kill its own sandbox.
-    // The score is the memory's: the handler gets it too, and sets its own back once we exec.
-    if (!set_own_oom_score_adj("1000")) {
-        fail_with(6, errno);
     }
     ::dup2(start.in, 0);
     ::dup2(start.out, 1);
@@ -348,7 +344,12 @@ long drop_capabilities_raw() noexcept {
 }
 
 int guest_entry(void* start) {
-    guest_main(*static_cast<const GuestStart*>(start));
+    try {
+        guest_main(*static_cast<const GuestStart*>(start));
+    } catch (...) {
+        // Never std::terminate: abort would signal the thread its TLS names, the handler's.
+        ::_exit(127);
+    }
 }
 
 }  // namespace
@@ -390,6 +391,7 @@ void Guest::take(Guest& other) noexcept {
     command_fd = std::move(other.command_fd);
     handoff_fd = std::move(other.handoff_fd);
     pidfd = std::move(other.pidfd);
+    handler_oom_score = std::move(other.handler_oom_score);
     shared = std::move(other.shared);
 }
 
@@ -409,6 +411,17 @@ Guest prepare_guest(const ExecContext& context, GuestStack& stack, int listener)
     static std::atomic<unsigned> counter{0};
     Guest guest;
     guest.shared = std::make_unique<GuestShared>();
+    // Guest programs are the OOM killer's first choice: a guest filling memory (its tmpfs layers
+    // are charged to the sandbox's cgroup too) must not get PID 1 killed. Raising the score needs
+    // no privilege; lowering the supervisor's would need CAP_SYS_RESOURCE, which hosts like this
+    // one do not grant. A guest may lower itself back to 0: then it can only kill its own sandbox.
+    // Set here, the guest inherits it; and because the score is its memory's, which the guest
+    // shares until its execve, the handler sets its own back to 0 only after that.
+    guest.handler_oom_score = open_own_oom_score_adj();
+    if (::write(guest.handler_oom_score.get(), "1000", 4) != 4) {
+        throw std::runtime_error(
+            fmt::format("raising the OOM score to 1000: {}", std::strerror(errno)));
+    }
     if (!context.cgroups->empty()) {
         // Unique even when a handler's pid is reused while an older exec's cgroup of that pid is
         // still being removed (joining a cgroup mid-removal fails with ENODEV).
@@ -474,6 +487,10 @@ Guest prepare_guest(const ExecContext& context, GuestStack& stack, int listener)
     guest.command_fd = UniqueFd(command[1]);
     guest.pidfd = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
     return guest;
+}
+
+void restore_handler_oom_score(const Guest& guest) noexcept {
+    [[maybe_unused]] auto written = ::write(guest.handler_oom_score.get(), "0", 1);
 }
 
 // Gives a guest waiting for its launch the `launch` and lets it go. False when it is gone.

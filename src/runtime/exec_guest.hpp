@@ -34,7 +34,7 @@ constexpr char kAwaitLaunch = 'W';  // it could not: the handler is to read it a
 
 // Why the child could not reach execve, sent over a close-on-exec pipe.
 struct ChildFailure {
-    int stage;  // 0 join cgroup, 1 ids, 2 caps, 3 chdir, 5 exec, 6 oom score (4 is unused)
+    int stage;  // 0 join cgroup, 1 ids, 2 caps, 3 chdir, 5 exec (4 and 6 are no longer used)
     int error;
 };
 
@@ -87,6 +87,7 @@ struct Guest {
     UniqueFd command_fd;
     UniqueFd handoff_fd;  // when it accepts the connection itself: the connection, or EOF
     UniqueFd pidfd;
+    UniqueFd handler_oom_score;  // the handler's own oom_score_adj
     std::unique_ptr<GuestShared> shared;
 
   private:
@@ -103,10 +104,9 @@ Guest prepare_guest(const ExecContext& context, GuestStack& stack, int listener 
 // Gives a guest waiting for its launch the `launch` and lets it go. False when it is gone.
 bool send_launch(Guest& guest, const Launch& launch);
 
-// Sets the calling process's OOM score adjustment (an integer from -1000 to 1000, as text). A
-// guest sets 1000 for itself, and so, sharing its memory, for its handler too: a handler sets 0
-// again once its guest has left that memory. Async-signal-safe.
-bool set_own_oom_score_adj(const char* value) noexcept;
+// Sets the handler's OOM score back to 0 (from the 1000 its guest inherited) once the guest has
+// left the handler's memory, whose score it is: after its execve, or its end.
+void restore_handler_oom_score(const Guest& guest) noexcept;
 
 // True when a guest prepared earlier is still waiting for its Launch (guest processes cannot
 // signal it, but the kernel's OOM killer or a sandbox-wide kill can end it meanwhile).

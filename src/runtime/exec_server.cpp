@@ -254,7 +254,7 @@ class Exec {
                 failed = ::read(failure_fd.get(), &failure, sizeof failure) == sizeof failure;
                 failure_fd.reset();
                 if (!exited) {
-                    exec_guest::set_own_oom_score_adj("0");
+                    exec_guest::restore_handler_oom_score(guest_);
                 }
             }
         }
