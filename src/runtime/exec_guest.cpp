@@ -5,7 +5,6 @@
 #include "raw_syscall.hpp"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <linux/capability.h>
 #include <poll.h>
 #include <sched.h>
@@ -252,10 +251,16 @@ long drop_capabilities_raw() noexcept {
     // (perf) The guest's groups now, while waiting, and its user only once the launch is known:
     // signals are checked against the user, never the groups, so guest processes still cannot
     // signal this one.
+    // Raw calls: glibc's wrappers would apply the change to every thread it knows of, and the
+    // threads it knows of are the handler's.
     const gid_t groups[1] = {config.guest_gid};
-    if (::setgroups(1, groups) != 0 ||
-        ::setresgid(config.guest_gid, config.guest_gid, config.guest_gid) != 0) {
-        fail_with(1, errno);
+    if (const long result = raw::call(SYS_setgroups, 1, raw::arg(groups)); result < 0) {
+        fail_with(1, -result);
+    }
+    if (const long result =
+            raw::call(SYS_setresgid, config.guest_gid, config.guest_gid, config.guest_gid);
+        result < 0) {
+        fail_with(1, -result);
     }
     // Never outlives its handler (the OOM killer could take one): waiting in accept, it would take
     // the next connection with nobody to hand it to. Set after the groups, whose change clears it.
