@@ -410,6 +410,26 @@ int Guest::reap() noexcept {
     return status;
 }
 
+namespace {
+
+// A pipe (or, for the hand-over, a socket pair): what one end writes the other reads.
+struct Channel {
+    UniqueFd read;
+    UniqueFd write;
+};
+
+Channel make_channel(bool socket_pair) {
+    int fds[2];
+    if (socket_pair ? ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0
+                    : ::pipe2(fds, O_CLOEXEC) != 0) {
+        throw std::runtime_error(fmt::format(
+            "creating a {}: {}", socket_pair ? "socket pair" : "pipe", std::strerror(errno)));
+    }
+    return Channel{UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+}  // namespace
+
 // Creates the exec's cgroup and pipes and clones the guest process onto `stack`, then waits until
 // it is ready. Throws when it cannot start one.
 Guest prepare_guest(const ExecContext& context, GuestStack& stack, int listener) {
@@ -434,46 +454,39 @@ Guest prepare_guest(const ExecContext& context, GuestStack& stack, int listener)
         guest.cgroup = context.cgroups->make_child(
             fmt::format("exec-{}-{}-{:x}", ::getpid(), counter++, stamp));
     }
-    int in[2], out[2], err[2], fail[2], command[2], ready[2];
-    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 ||
-        ::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(fail, O_CLOEXEC) != 0 ||
-        ::pipe2(command, O_CLOEXEC) != 0 || ::pipe2(ready, O_CLOEXEC) != 0) {
-        throw std::runtime_error(fmt::format("creating pipes: {}", std::strerror(errno)));
-    }
-    int handoff[2] = {-1, -1};
-    if (listener >= 0 && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, handoff) != 0) {
-        throw std::runtime_error(fmt::format("creating a socket pair: {}", std::strerror(errno)));
+    auto in = make_channel(false);
+    auto out = make_channel(false);
+    auto err = make_channel(false);
+    auto fail = make_channel(false);
+    auto command = make_channel(false);
+    auto ready = make_channel(false);
+    Channel handoff;
+    if (listener >= 0) {
+        handoff = make_channel(true);
     }
     GuestStart start{&context,
                      guest.cgroup ? &*guest.cgroup : nullptr,
                      guest.shared.get(),
-                     in[0],
-                     out[1],
-                     err[1],
-                     fail[1],
-                     command[0],
-                     ready[1],
+                     in.read.get(),
+                     out.write.get(),
+                     err.write.get(),
+                     fail.write.get(),
+                     command.read.get(),
+                     ready.write.get(),
                      listener,
-                     handoff[1],
+                     handoff.write.get(),
                      ::getpid()};
     // SIGCHLD: reaped like a forked child. No CLONE_FILES, CLONE_FS or CLONE_SIGHAND: only the
     // memory is shared, so its descriptors, working directory and signal handling are its own.
     const pid_t child =
         ::clone(guest_entry, stack.bytes + GuestStack::kBytes, CLONE_VM | SIGCHLD, &start);
     const int clone_error = errno;
-    // The guest's ends, and `ready`'s, so that its read sees EOF if the guest dies first.
-    for (const int fd : {in[0], out[1], err[1], fail[1], command[0], ready[1], handoff[1]}) {
-        if (fd >= 0) {
-            ::close(fd);
-        }
+    // The guest's ends, and `ready`'s, so that our read sees EOF if the guest dies first.
+    for (UniqueFd* end : {&in.read, &out.write, &err.write, &fail.write, &command.read,
+                          &ready.write, &handoff.write}) {
+        end->reset();
     }
-    UniqueFd ready_fd(ready[0]);
     if (child < 0) {
-        for (const int fd : {in[1], out[0], err[0], fail[0], command[1], handoff[0]}) {
-            if (fd >= 0) {
-                ::close(fd);
-            }
-        }
         throw std::runtime_error(fmt::format("clone: {}", std::strerror(clone_error)));
     }
     guest.pid = child;
@@ -481,15 +494,15 @@ Guest prepare_guest(const ExecContext& context, GuestStack& stack, int listener)
     char byte = 0;
     ssize_t got = 0;
     do {
-        got = ::read(ready_fd.get(), &byte, 1);
+        got = ::read(ready.read.get(), &byte, 1);
     } while (got < 0 && errno == EINTR);
     guest.ready = got == 1;
-    guest.handoff_fd = UniqueFd(handoff[0]);
-    guest.stdin_fd = UniqueFd(in[1]);
-    guest.stdout_fd = UniqueFd(out[0]);
-    guest.stderr_fd = UniqueFd(err[0]);
-    guest.failure_fd = UniqueFd(fail[0]);
-    guest.command_fd = UniqueFd(command[1]);
+    guest.handoff_fd = std::move(handoff.read);
+    guest.stdin_fd = std::move(in.write);
+    guest.stdout_fd = std::move(out.read);
+    guest.stderr_fd = std::move(err.read);
+    guest.failure_fd = std::move(fail.read);
+    guest.command_fd = std::move(command.write);
     guest.pidfd = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
     return guest;
 }
