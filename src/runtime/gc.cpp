@@ -49,16 +49,20 @@ std::vector<fs::path> cgroups_named(const std::string& name) {
     return found;
 }
 
+// A creator killed after making the sandbox's cgroups but before recording them (or before
+// writing any record) leaves a running supervisor in cgroups no record names. They are found by
+// their name, maf-sbx-<id>, which no other sandbox can have (the id is 128 random bits), and
+// everything in them is killed before they are removed.
+void destroy_cgroups_named_for(const std::string& id) {
+    if (auto named = cgroups_named(fmt::format("maf-sbx-{}", id)); !named.empty()) {
+        SandboxCgroup::attach(detect_cgroup_layout(), std::move(named))->destroy();
+    }
+}
+
 }  // namespace
 
 void remove_recorded_cgroups(const SandboxRecord& record) {
-    // A creator killed after making the sandbox's cgroups but before recording them leaves a
-    // running supervisor in cgroups the record does not name. They are found by their name,
-    // maf-sbx-<id>, which no other sandbox can have (the id is 128 random bits), and everything in
-    // them is killed before they are removed.
-    if (auto named = cgroups_named(fmt::format("maf-sbx-{}", record.id)); !named.empty()) {
-        SandboxCgroup::attach(detect_cgroup_layout(), std::move(named))->destroy();
-    }
+    destroy_cgroups_named_for(record.id);
     const auto* paths = record.runtime.if_contains("cgroup_paths");
     if (paths == nullptr || !paths->is_array()) {
         return;
@@ -132,6 +136,9 @@ GcReport reconcile(Registry& registry, const GcOptions& options) {
             continue;
         }
         try {
+            // Its supervisor may still run (the creator died after starting it): it goes first,
+            // or it would outlive the directory it serves from.
+            destroy_cgroups_named_for(name);
             registry.remove(name);
             ++report.orphan_dirs_removed;
         } catch (const std::exception& e) {

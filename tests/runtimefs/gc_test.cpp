@@ -1,6 +1,7 @@
 #include "maf_sandbox/runtime/gc.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -117,6 +118,61 @@ TEST(GcTest, AnOrphanDirectoryWithoutARecordIsRemoved) {
     EXPECT_EQ(report.orphan_dirs_removed, 1);
     EXPECT_FALSE(fs::exists(registry.sandbox_dir(orphan)));
     EXPECT_TRUE(fs::exists(temp.path() / "sandboxes" / "not-a-sandbox"));
+}
+
+// A creator killed after it started the supervisor but before it wrote the record leaves a
+// directory without a record and a live process in cgroups named after the id: gc kills it
+// before it removes the directory, instead of leaving it running without one.
+TEST(GcTest, AnOrphanDirectorysProcessesInItsNamedCgroupsAreKilledFirst) {
+    const fs::path pids_root = "/sys/fs/cgroup/pids";
+    const fs::path unified_root = "/sys/fs/cgroup";
+    fs::path root;
+    if (fs::exists(pids_root / "cgroup.procs")) {
+        root = pids_root;
+    } else if (fs::exists(unified_root / "cgroup.subtree_control")) {
+        root = unified_root;
+    } else {
+        GTEST_SKIP() << "no writable pids or unified cgroup hierarchy here";
+    }
+    TempDir temp;
+    Registry registry(temp.path());
+    const auto orphan = Registry::new_id();
+    fs::create_directories(registry.sandbox_dir(orphan));
+    const auto cgroup = root / ("maf-sbx-" + orphan);
+    ASSERT_TRUE(fs::create_directory(cgroup));
+    const pid_t child = ::fork();
+    if (child == 0) {
+        std::ofstream(cgroup / "cgroup.procs") << 0 << std::flush;
+        ::pause();
+        ::_exit(0);
+    }
+    for (int i = 0; i < 200; ++i) {
+        std::ifstream procs(cgroup / "cgroup.procs");
+        pid_t member = 0;
+        if (procs >> member) {
+            break;
+        }
+        ::usleep(5 * 1000);
+    }
+    GcOptions options;
+    options.creating_grace = std::chrono::seconds(0);
+    const auto report = reconcile(registry, options);
+    EXPECT_EQ(report.orphan_dirs_removed, 1) << (report.errors.empty() ? "" : report.errors[0]);
+    int status = 0;
+    pid_t waited = 0;
+    for (int i = 0; i < 400 && waited == 0; ++i) {
+        waited = ::waitpid(child, &status, WNOHANG);
+        ::usleep(5 * 1000);
+    }
+    if (waited == 0) {
+        ::kill(child, SIGKILL);  // gc left it running: end it here, and fail
+        ::waitpid(child, nullptr, 0);
+        ::rmdir(cgroup.c_str());
+        FAIL() << "gc left the orphan's process running";
+    }
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    EXPECT_FALSE(fs::exists(cgroup));
+    EXPECT_FALSE(fs::exists(registry.sandbox_dir(orphan)));
 }
 
 TEST(GcTest, DefaultCleanupRemovesRecordedCgroupsAndNothingElse) {
