@@ -105,11 +105,12 @@ bool launch_from_frame(std::string_view bytes, const SupervisorConfig& config, L
 }
 
 // Where a guest process that accepts its own connection reads the request ahead of the handler.
-// (perf) Made ready before the connection comes: a page first written by this process (a forked
-// copy of its handler) costs a copy-on-write or zero-fill fault, about 3 us each on this kind of
-// virtual machine, and reading a request the first time took 35 of them (~120 us). So the buffer
-// is written once here, and a rehearsal on a sample request leaves the allocator's free lists and
-// the stack holding pages already this process's own, which the real request then reuses.
+// (perf) Made ready before the connection comes: a page first written (a page of the guest's
+// stack, or one its handler still shares copy-on-write with PID 1, whose fork it is) costs a
+// zero-fill or copy-on-write fault, about 3 us each on this kind of virtual machine, and reading
+// a request the first time took 35 of them (~120 us). So the buffer is written once here, and a
+// rehearsal on a sample request leaves the allocator's free lists and the stack on pages already
+// written, which the real request then reuses.
 class RequestPeek {
   public:
     explicit RequestPeek(const SupervisorConfig& config) : bytes_(kPeekBytes, '\0') {
@@ -140,12 +141,16 @@ class RequestPeek {
 
 }  // namespace
 
-// Takes the next connection off the supervisor's listener; -1 when the listener fails.
+// Takes the next connection off the supervisor's listener; -1 when the listener fails. A raw
+// call, so that a guest process may use it too (exec_guest.hpp).
 int accept_connection(int listener) noexcept {
     for (;;) {
-        const int connection = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-        if (connection >= 0 || (errno != EINTR && errno != ECONNABORTED)) {
-            return connection;
+        const long connection = raw::call(SYS_accept4, listener, 0, 0, SOCK_CLOEXEC);
+        if (connection >= 0) {
+            return static_cast<int>(connection);
+        }
+        if (connection != -EINTR && connection != -ECONNABORTED) {
+            return -1;
         }
     }
 }
@@ -278,14 +283,10 @@ long drop_capabilities_raw() noexcept {
         // (perf, exec round trip) The connection wakes this process, not the handler, which would
         // then have to wake us in turn: one cross-process wake-up fewer before the program starts.
         // The handler, woken by the hand-over, supervises while the program starts.
-        long connection = 0;
-        do {
-            connection = raw::call(SYS_accept4, start.listener, 0, 0, SOCK_CLOEXEC);
-        } while (connection == -EINTR || connection == -ECONNABORTED);
-        if (connection < 0) {
+        const int accepted = accept_connection(start.listener);
+        if (accepted < 0) {
             ::_exit(0);  // the handler sees the hand-over channel close and accepts itself
         }
-        const int accepted = static_cast<int>(connection);
         launching = shared.peek->launch_for_request(accepted, config, shared.launch);
         if (launching) {
             shared.point_at_launch();
@@ -526,14 +527,11 @@ bool still_waiting(const Guest& guest) {
 }
 
 void discard(Guest& guest) {
-    if (guest.pid > 0) {
-        ::kill(guest.pid, SIGKILL);
-        guest.reap();
+    auto cgroup = std::move(guest.cgroup);
+    guest = Guest{};  // ends its process first: a cgroup still holding it cannot be removed
+    if (cgroup) {
+        cgroup->remove();
     }
-    if (guest.cgroup) {
-        guest.cgroup->remove();
-    }
-    guest = Guest{};
 }
 
 }  // namespace maf_sandbox::runtime::exec_guest

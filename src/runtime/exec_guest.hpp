@@ -50,7 +50,8 @@ struct Launch {
 // std::invalid_argument for an empty argv.
 Launch launch_for(const ExecCall& call, const SupervisorConfig& config);
 
-// Takes the next connection off the supervisor's listener; -1 when the listener fails.
+// Takes the next connection off the supervisor's listener; -1 when the listener fails. Raw calls
+// only: a guest process uses it too.
 int accept_connection(int listener) noexcept;
 
 // The stack a guest process runs on until its execve. A handler keeps it in its outermost frame,
