@@ -17,11 +17,22 @@ namespace maf_sandbox::runtime {
 
 // --- namespaces.cpp -----------------------------------------------------------------------------
 
-// Guest ids [0, count) map to host ids [host_base, host_base + count).
+// How many host ids past a sandbox's guest ids belong to its own unprivileged services.
+inline constexpr std::uint32_t kServiceIdCount = 2;
+
+// A sandbox's host ids. Guest ids [0, count) map to host ids [host_base, host_base + count); the
+// next kServiceIdCount host ids belong to the sandbox's services (its egress proxy and its
+// slirp4netns), which no guest id maps to, so no guest process can ever hold them.
 struct IdMapping {
     uid_t host_base = 100000;
     std::uint32_t count = 65536;
     uid_t to_host(uid_t guest) const noexcept { return host_base + guest; }
+    // The host uid (and gid) the egress proxy runs as.
+    uid_t proxy_id() const noexcept { return host_base + count; }
+    // The host uid (and gid) slirp4netns runs as.
+    uid_t slirp_id() const noexcept { return host_base + count + 1; }
+    // Every host id the sandbox owns, guest and service ids together.
+    std::uint32_t span() const noexcept { return count + kServiceIdCount; }
 };
 
 inline constexpr IdMapping kDefaultIdMapping{};
