@@ -23,6 +23,7 @@ namespace {
 constexpr const char* kUsage = R"(usage:
   acas-emulator serve --listen 127.0.0.1:PORT --state-dir DIR
                       [--tls-cert FILE --tls-key FILE | --self-signed] [--token TOKEN]
+                      [--public-metrics]
                       [--alias NAME=IMAGE]... [--page-size N]
                       [--fault-429-rate P] [--fault-retry-after-ms N] [--fault-403-first N]
                       [--fault-403-ms N] [--fault-5xx-rate P] [--fault-latency-ms N]
@@ -32,7 +33,7 @@ constexpr const char* kUsage = R"(usage:
 
 The first line on stdout is `listening on https://HOST:PORT`; logs go to stderr.
 Faults can also be read and replaced while serving: GET/PUT /admin/faults (JSON; the same
-bearer token as the data plane).
+bearer token as the data plane). GET /metrics needs that token too, unless --public-metrics.
 )";
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -115,6 +116,8 @@ int serve(Args args) {
             options.plain_http = true;
         } else if (flag == "--token") {
             options.token = args.value(flag);
+        } else if (flag == "--public-metrics") {
+            options.public_metrics = true;
         } else if (flag == "--alias") {
             const auto text = args.value(flag);
             const auto eq = text.find('=');

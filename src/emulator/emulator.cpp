@@ -23,6 +23,7 @@
 #include <cmath>
 #include <random>
 
+#include "bearer_token.hpp"
 #include "body_checks.hpp"
 #include "egress_policy.hpp"
 #include "engine.hpp"
@@ -398,6 +399,14 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 co_return json_response(200,
                                         json::object{{"status", "ok"}, {"identity", identity}});
             case Endpoint::metrics:
+                // Request counts and latencies per route describe every client's traffic: the
+                // token guards them unless the operator made them public (--public-metrics).
+                if (!options.public_metrics &&
+                    !bearer_authorized(request.headers.get("authorization"), options.token)) {
+                    throw Problem{401, "Unauthorized",
+                                  "/metrics needs the emulator's bearer token (or start the "
+                                  "emulator with --public-metrics)."};
+                }
                 co_return metrics_response();
             case Endpoint::admin_faults:
                 co_return admin_faults(request);
@@ -446,9 +455,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         }
         drop = faults.drop_rate > 0 && chance() < faults.drop_rate;
 
-        const auto auth = request.headers.get("authorization");
-        if (!auth || !auth->starts_with("Bearer ") || auth->size() <= 7 ||
-            (options.token && auth->substr(7) != *options.token)) {
+        if (!bearer_authorized(request.headers.get("authorization"), options.token)) {
             throw Problem{401, "Unauthorized",
                           "A valid bearer token for https://dynamicsessions.io is required."};
         }
@@ -545,9 +552,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
     // GET answers the active faults; PUT replaces them (absent keys are off) and restarts the
     // counters the 403 window and first-N faults count from.
     HttpResponse admin_faults(const HttpRequest& request) {
-        const auto auth = request.headers.get("authorization");
-        if (!auth || !auth->starts_with("Bearer ") || auth->size() <= 7 ||
-            (options.token && auth->substr(7) != *options.token)) {
+        if (!bearer_authorized(request.headers.get("authorization"), options.token)) {
             throw Problem{401, "Unauthorized", "The admin routes need the emulator's token."};
         }
         if (request.method == "GET") {
@@ -1123,8 +1128,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         auto self = shared_from_this();
         const auto handle = doc.handle;
         auto with_plane = [self, handle](auto&& fn) {
-            auto root = self->engine->open_root(handle);
-            FilePlane plane(root.get(), self->engine->root_owner(handle));
+            const auto authority = self->engine->open_authority(handle);
+            FilePlane plane(authority);
             return fn(plane);
         };
         const auto path_param = [&]() {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "file_plane.hpp"
+#include "guest_authority.hpp"
 #include "maf_sandbox/core/vocabulary.hpp"
 #include "maf_sandbox/runtime/egress.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
@@ -70,9 +70,9 @@ class SandboxEngine {
                             const std::string& cwd, std::chrono::milliseconds timeout,
                             std::uint64_t max_output_bytes) = 0;
 
-    // An O_PATH fd on the guest's root and the guest root's ids as the host sees them.
-    virtual runtime::UniqueFd open_root(const boost::json::object& handle) = 0;
-    virtual FileOwner root_owner(const boost::json::object& handle) const = 0;
+    // The sandbox's user and mount namespaces and its root, for the file plane's guest-authority
+    // child. Throws Error when the sandbox is gone.
+    virtual GuestAuthority open_authority(const boost::json::object& handle) = 0;
 };
 
 // The local runtime, keeping its images and sandbox directories under `runtime_dir`.

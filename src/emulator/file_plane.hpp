@@ -1,10 +1,13 @@
-// Internal: the ACAS file plane over a sandbox's root directory, with the service's semantics
-// (reference sections 3.5 and 4.5), acting as the guest's root:
+// Internal: the ACAS file plane over a sandbox's file system, with the service's semantics
+// (reference sections 3.5 and 4.5), acting as the guest's root and with nothing more:
 //  - reads and listings follow symlinks in every component; stat follows them only in the
 //    parents and describes a final link as a link, echoing the requested path;
 //  - a FIFO stats as an empty regular file (reading one is the caller's problem: it never ends);
 //  - writes and mkdir create parents as root-owned 0755 directories.
-// Every resolution is openat2(RESOLVE_IN_ROOT): links are followed, but never out of the guest.
+// Every operation runs in a child process with the guest's own authority (guest_authority.hpp):
+// inside the sandbox's user and mount namespaces, rooted at its root, as its root user. Links are
+// followed as the guest would follow them, so they can never reach the host; the sandbox's /proc,
+// /sys and /dev (and device nodes) are refused with 403 PathNotAllowed (file_plane_inside.hpp).
 #pragma once
 
 #include <sys/types.h>
@@ -24,23 +27,21 @@ struct PlaneError {
     std::string detail;
 };
 
-struct FileOwner {
-    uid_t uid = 0;
-    gid_t gid = 0;
-};
-
 enum class ReadKind { regular, fifo };
+
+struct GuestAuthority;
 
 class FilePlane {
   public:
-    // Borrows `root_fd` (an O_PATH directory fd on the guest's root) for the object's lifetime.
-    FilePlane(int root_fd, FileOwner owner) : root_(root_fd), owner_(owner) {}
+    // Borrows `authority` (the sandbox's namespaces and root) for the object's lifetime.
+    explicit FilePlane(const GuestAuthority& authority) : authority_(authority) {}
 
     // What `path` resolves to for a read; throws PlaneError (404 missing, 400 directory).
     ReadKind classify_read(std::string_view path) const;
     // The bytes of a regular file, following links. Throws PlaneError.
     std::string read(std::string_view path, std::uint64_t max_bytes) const;
-    // Writes bytes as root. `create_dirs` makes missing parents; `mode` applies to a new file.
+    // Writes bytes as the guest's root. `create_dirs` makes missing parents; `mode` applies to a
+    // new file.
     void write(std::string_view path, std::string_view content, bool create_dirs,
                std::optional<mode_t> mode) const;
     // The raw stat payload (isDir, isSymlink, symlinkTarget, mode, size, modifiedTime, name,
@@ -48,14 +49,13 @@ class FilePlane {
     boost::json::object stat(std::string_view path) const;
     // {"path", "entries"} one level deep. Throws PlaneError 404 / 400 (not a directory).
     boost::json::object list(std::string_view path) const;
-    // mkdir -p as root.
+    // mkdir -p as the guest's root (new directories 0755).
     void mkdir(std::string_view path) const;
     // Removes a path (a final link is unlinked). A non-empty directory needs `recursive`.
     void remove(std::string_view path, bool recursive) const;
 
   private:
-    int root_;
-    FileOwner owner_;
+    const GuestAuthority& authority_;
 };
 
 }  // namespace maf_sandbox::emulator

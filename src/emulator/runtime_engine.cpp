@@ -1,3 +1,5 @@
+#include <fcntl.h>
+
 #include <fmt/format.h>
 #include <algorithm>
 #include <boost/json/value_to.hpp>
@@ -152,13 +154,22 @@ class RuntimeEngine final : public SandboxEngine {
         return out;
     }
 
-    runtime::UniqueFd open_root(const json::object& handle) override {
-        return runtime::open_sandbox_root(handle_of(handle));
-    }
-
-    FileOwner root_owner(const json::object& handle) const override {
-        return FileOwner{static_cast<uid_t>(to_u64(handle, "rootUid")),
-                         static_cast<gid_t>(to_u64(handle, "rootGid"))};
+    GuestAuthority open_authority(const json::object& handle) override {
+        const auto h = handle_of(handle);
+        const auto open_ns = [&](const char* name) {
+            return runtime::UniqueFd(
+                ::open(fmt::format("/proc/{}/ns/{}", h.pid, name).c_str(), O_RDONLY | O_CLOEXEC));
+        };
+        GuestAuthority authority{open_ns("user"), open_ns("mnt"), runtime::UniqueFd()};
+        // open_sandbox_root checks, after its open, that the pid is still the sandbox's PID 1:
+        // the namespaces opened before it are then that PID 1's too.
+        authority.root = runtime::open_sandbox_root(h);
+        if (!authority.user_ns || !authority.mount_ns) {
+            throw SandboxOutputUnreachable(
+                "the sandbox's namespaces could not be opened (it is ending); retry or create a "
+                "new sandbox");
+        }
+        return authority;
     }
 
   private:

@@ -292,7 +292,11 @@ TEST_F(EmulatorApi, CatalogueHealthAndMetrics) {
     EXPECT_EQ(names, (std::vector<std::string>{"host", "python-3.13"}));
     auto r = sdk->raw("GET", "/healthz", {}, "", false);
     EXPECT_EQ(r.status, 200);
+    // /metrics needs the bearer token (no --public-metrics here).
     r = sdk->raw("GET", "/metrics", {}, "", false);
+    EXPECT_EQ(r.status, 401);
+    r = sdk->raw("GET", "/metrics");
+    EXPECT_EQ(r.status, 200);
     EXPECT_NE(r.body.find("acas_emulator_sandboxes{state=\"Running\"}"), std::string::npos);
     EXPECT_NE(r.body.find("acas_emulator_requests_total{"), std::string::npos);
 }

@@ -55,6 +55,7 @@ struct EmulatorOptions {
     std::optional<std::filesystem::path> tls_key;
     bool plain_http = false;           // tests of the HTTP layer only; the Azure SDKs refuse http
     std::optional<std::string> token;  // when set, only this bearer token is accepted
+    bool public_metrics = false;       // GET /metrics without a bearer token
     std::map<std::string, std::string> aliases;  // catalogue name -> local image ("host", ...)
     FaultOptions faults;
     std::size_t default_page_size = 100;

@@ -456,6 +456,7 @@ TEST_F(EmulatorBadInput, RequestTextNeverReachesTheMetrics) {
     call("FROBNICATE", "/sandboxes");
     net::HttpRequest request;
     request.target = emulator_->base_url() + "/metrics";
+    request.headers.set("Authorization", "Bearer badinput-token");
     const auto metrics = send(std::move(request));
     EXPECT_EQ(metrics.body.find("injected_metric"), std::string::npos) << metrics.body;
     EXPECT_EQ(metrics.body.find("another-unique-label"), std::string::npos);

@@ -1,0 +1,515 @@
+#include "file_plane_inside.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <boost/json/array.hpp>
+#include <boost/json/serialize.hpp>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "maf_sandbox/core/utf8.hpp"
+#include "maf_sandbox/runtime/unique_fd.hpp"
+
+namespace maf_sandbox::emulator::inside {
+namespace json = boost::json;
+using runtime::UniqueFd;
+
+namespace {
+
+int openat2_in_root(int root, const std::string& path, int flags, mode_t mode = 0) {
+    open_how how{};
+    how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC);
+    how.mode = (flags & O_CREAT) != 0 ? mode : 0;
+    how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+    int fd;
+    do {
+        fd = static_cast<int>(::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how));
+    } while (fd < 0 && errno == EAGAIN);
+    return fd;
+}
+
+[[noreturn]] void fail_errno(int error, std::string_view path, std::string_view doing) {
+    switch (error) {
+        case ENOENT:
+            throw PlaneError{404, "FileNotFound",
+                             fmt::format("The path '{}' does not exist.", path)};
+        case ENOTDIR:
+            throw PlaneError{400, "NotADirectory",
+                             fmt::format("A component of '{}' is not a directory.", path)};
+        case EISDIR:
+            throw PlaneError{400, "PathIsDirectory", fmt::format("'{}' is a directory.", path)};
+        case ENOTEMPTY:
+        case EEXIST:
+            throw PlaneError{409, "DirectoryNotEmpty",
+                             fmt::format("'{}' is not empty; pass recursive=true.", path)};
+        case ELOOP:
+            // RESOLVE_NO_MAGICLINKS refuses /proc/<pid>/root and the like; or a link loop.
+            throw PlaneError{400, "InvalidPath",
+                             fmt::format("'{}' goes through a symbolic link loop or a /proc magic "
+                                         "link, which the file API does not follow.",
+                                         path)};
+        case ENAMETOOLONG:
+            throw PlaneError{400, "InvalidPath", fmt::format("The path '{}' is too long.", path)};
+        case EXDEV:
+            throw PlaneError{400, "InvalidPath",
+                             fmt::format("The path '{}' leaves the sandbox's file system.", path)};
+        case ENOSPC:
+        case EDQUOT:
+            throw PlaneError{507, "InsufficientStorage",
+                             fmt::format("No space left while {} '{}'.", doing, path)};
+        default:
+            // strerrordesc_np: no locale lookup (this runs in a child forked from many threads).
+            throw PlaneError{
+                500, "FileOperationFailed",
+                fmt::format("{} '{}' failed: {}", doing, path, ::strerrordesc_np(error))};
+    }
+}
+
+// The guest's root: `/` of this process (guest_authority.cpp rooted it there).
+UniqueFd open_root() {
+    UniqueFd root(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root) {
+        fail_errno(errno, "/", "opening");
+    }
+    return root;
+}
+
+// --- What the plane never reaches -----------------------------------------------------------
+
+// File systems that are the kernel's interfaces rather than the guest's files.
+bool kernel_file_system(std::uint64_t magic) {
+    constexpr std::uint64_t kMqueueMagic = 0x19800202;
+    constexpr std::uint64_t kPidfsMagic = 0x50494446;
+    constexpr std::uint64_t kFusectlMagic = 0x65735543;
+    constexpr std::uint64_t kConfigfsMagic = 0x62656570;
+    for (const std::uint64_t m :
+         {std::uint64_t{PROC_SUPER_MAGIC}, std::uint64_t{SYSFS_MAGIC},
+          std::uint64_t{DEVPTS_SUPER_MAGIC}, std::uint64_t{CGROUP_SUPER_MAGIC},
+          std::uint64_t{CGROUP2_SUPER_MAGIC}, std::uint64_t{SECURITYFS_MAGIC},
+          std::uint64_t{DEBUGFS_MAGIC}, std::uint64_t{TRACEFS_MAGIC}, std::uint64_t{BPF_FS_MAGIC},
+          std::uint64_t{BINFMTFS_MAGIC}, std::uint64_t{PSTOREFS_MAGIC},
+          std::uint64_t{EFIVARFS_MAGIC}, std::uint64_t{SELINUX_MAGIC}, std::uint64_t{NSFS_MAGIC},
+          kMqueueMagic, kPidfsMagic, kFusectlMagic, kConfigfsMagic}) {
+        if (magic == m) {
+            return true;
+        }
+    }
+    return false;
+}
+
+std::optional<std::uint64_t> mount_id(int dir, const char* path, int flags) {
+    struct statx sx {};
+    if (::statx(dir, path, flags, STATX_MNT_ID, &sx) != 0 || (sx.stx_mask & STATX_MNT_ID) == 0) {
+        return std::nullopt;
+    }
+    return sx.stx_mnt_id;
+}
+
+// The mount of the guest's /dev (a tmpfs of device nodes the runtime built), when /dev is a mount
+// of its own; looked up once per child (one operation).
+std::optional<std::uint64_t> dev_mount() {
+    static const std::optional<std::uint64_t> id = []() -> std::optional<std::uint64_t> {
+        const auto dev = mount_id(AT_FDCWD, "/dev", AT_SYMLINK_NOFOLLOW);
+        const auto root = mount_id(AT_FDCWD, "/", 0);
+        return dev && dev != root ? dev : std::nullopt;
+    }();
+    return id;
+}
+
+[[noreturn]] void not_allowed(std::string_view path) {
+    throw PlaneError{403, "PathNotAllowed",
+                     fmt::format("'{}' is (or goes through) the sandbox's /proc, /sys or /dev, or "
+                                 "is a device, which the file API does not reach; use "
+                                 "executeShellCommand for those.",
+                                 path)};
+}
+
+// Refuses `fd` (already opened: this checks what was really reached, not a name) when it is on
+// a kernel file system, on the guest's /dev, or is a device node.
+void require_guest_file(int fd, std::string_view path) {
+    struct statfs fs {};
+    struct stat st {};
+    if (::fstatfs(fd, &fs) != 0 || ::fstat(fd, &st) != 0) {
+        fail_errno(errno, path, "checking");
+    }
+    if (kernel_file_system(static_cast<std::uint64_t>(fs.f_type)) || S_ISCHR(st.st_mode) ||
+        S_ISBLK(st.st_mode)) {
+        not_allowed(path);
+    }
+    if (const auto dev = dev_mount(); dev && mount_id(fd, "", AT_EMPTY_PATH) == dev) {
+        not_allowed(path);
+    }
+}
+
+// openat2 from the root, then require_guest_file; fails with the errno's PlaneError.
+UniqueFd open_checked(int root, const std::string& path, int flags, std::string_view doing) {
+    UniqueFd fd(openat2_in_root(root, path, flags));
+    if (!fd) {
+        fail_errno(errno, path, doing);
+    }
+    require_guest_file(fd.get(), path);
+    return fd;
+}
+
+// --- Path arithmetic and JSON ----------------------------------------------------------------
+
+// "/a/b/c" -> ("/a/b", "c"); "/" -> ("/", "").
+std::pair<std::string, std::string> split(std::string_view path) {
+    std::string p(path);
+    while (p.size() > 1 && p.back() == '/') {
+        p.pop_back();
+    }
+    const auto slash = p.rfind('/');
+    std::string parent = slash == 0 ? "/" : p.substr(0, slash);
+    return {parent, p.substr(slash + 1)};
+}
+
+json::object entry_json(const std::string& name, const std::string& path, const struct stat& st,
+                        const std::optional<std::string>& target) {
+    const bool is_link = S_ISLNK(st.st_mode);
+    // A guest file name need not be UTF-8; a JSON string must be (the service's encoder writes
+    // U+FFFD for invalid bytes too).
+    json::object out{{"name", replace_invalid_utf8(name)},
+                     {"path", replace_invalid_utf8(path)},
+                     {"size", static_cast<std::int64_t>(S_ISFIFO(st.st_mode) ? 0 : st.st_size)},
+                     {"mode", static_cast<std::int64_t>(st.st_mode & 07777)},
+                     {"isDir", S_ISDIR(st.st_mode)},
+                     {"isSymlink", is_link},
+                     {"modifiedTime", static_cast<std::int64_t>(st.st_mtim.tv_sec)}};
+    if (is_link && target) {
+        out["symlinkTarget"] = replace_invalid_utf8(*target);
+    }
+    return out;
+}
+
+// The target of the link `name` in `dir` ("" with an O_PATH|O_NOFOLLOW fd on the link itself).
+std::optional<std::string> link_target(int dir, const std::string& name) {
+    std::vector<char> buffer(4096);
+    const auto n = ::readlinkat(dir, name.c_str(), buffer.data(), buffer.size());
+    if (n < 0) {
+        return std::nullopt;
+    }
+    return std::string(buffer.data(), static_cast<std::size_t>(n));
+}
+
+// Removes the directory `name` in `parent` and everything beneath it, by descriptor, never
+// following a link (O_NOFOLLOW; a link is unlinked), and never into a kernel file system.
+void remove_tree(int parent, const std::string& name, const std::string& shown) {
+    const int fd = ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        fail_errno(errno, shown, "opening");
+    }
+    DIR* dir = ::fdopendir(fd);
+    if (dir == nullptr) {
+        ::close(fd);
+        fail_errno(errno, shown, "listing");
+    }
+    struct Close {
+        DIR* d;
+        ~Close() { ::closedir(d); }
+    } closer{dir};
+    require_guest_file(::dirfd(dir), shown);
+    std::vector<std::pair<std::string, bool>> children;
+    while (auto* e = ::readdir(dir)) {
+        const std::string child = e->d_name;
+        if (child == "." || child == "..") {
+            continue;
+        }
+        struct stat st {};
+        if (::fstatat(::dirfd(dir), child.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+            children.emplace_back(child, S_ISDIR(st.st_mode));
+        }
+    }
+    for (const auto& [child, is_dir] : children) {
+        const std::string child_shown = shown + "/" + child;
+        if (is_dir) {
+            remove_tree(::dirfd(dir), child, child_shown);
+        } else if (::unlinkat(::dirfd(dir), child.c_str(), 0) != 0 && errno != ENOENT) {
+            fail_errno(errno, child_shown, "removing");
+        }
+    }
+    if (::unlinkat(parent, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
+        fail_errno(errno, shown, "removing");
+    }
+}
+
+void write_all(int fd, std::string_view content, const std::string& path) {
+    std::size_t done = 0;
+    while (done < content.size()) {
+        const auto n = ::write(fd, content.data() + done, content.size() - done);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            fail_errno(errno, path, "writing");
+        }
+        done += static_cast<std::size_t>(n);
+    }
+}
+
+}  // namespace
+
+ReadKind classify_read(const std::string& path) {
+    const auto root = open_root();
+    const auto fd = open_checked(root.get(), path, O_PATH, "reading");
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+        fail_errno(errno, path, "reading");
+    }
+    if (S_ISDIR(st.st_mode)) {
+        fail_errno(EISDIR, path, "reading");
+    }
+    if (S_ISFIFO(st.st_mode)) {
+        return ReadKind::fifo;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        throw PlaneError{400, "NotARegularFile", fmt::format("'{}' is not a regular file.", path)};
+    }
+    return ReadKind::regular;
+}
+
+void read(const std::string& path, std::uint64_t max_bytes, ReplyChannel& out) {
+    const auto root = open_root();
+    // Checked before the open that reads (an open can have effects on special files), and the
+    // descriptor read from is checked again: the guest may have swapped a link in between.
+    open_checked(root.get(), path, O_PATH, "reading");
+    // O_NONBLOCK: a FIFO swapped in after classify_read must not block.
+    const auto fd = open_checked(root.get(), path, O_RDONLY | O_NONBLOCK | O_NOCTTY, "reading");
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+        fail_errno(errno, path, "reading");
+    }
+    if (S_ISDIR(st.st_mode)) {
+        fail_errno(EISDIR, path, "reading");
+    }
+    if (!S_ISREG(st.st_mode)) {
+        throw PlaneError{400, "NotARegularFile", fmt::format("'{}' is not a regular file.", path)};
+    }
+    if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+        throw PlaneError{413, "FileTooLarge",
+                         fmt::format("'{}' is larger than {} bytes.", path, max_bytes)};
+    }
+    std::vector<char> buffer(1 << 16);
+    std::uint64_t sent = 0;
+    for (;;) {
+        const auto n = ::read(fd.get(), buffer.data(), buffer.size());
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            fail_errno(errno, path, "reading");
+        }
+        if (n == 0) {
+            break;
+        }
+        sent += static_cast<std::uint64_t>(n);
+        if (sent > max_bytes) {
+            throw PlaneError{413, "FileTooLarge",
+                             fmt::format("'{}' is larger than {} bytes.", path, max_bytes)};
+        }
+        out.data(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
+    }
+}
+
+void mkdir(const std::string& path) {
+    const auto root = open_root();
+    UniqueFd current(::fcntl(root.get(), F_DUPFD_CLOEXEC, 0));
+    std::string prefix;
+    std::size_t start = 1;
+    while (start <= path.size()) {
+        auto end = path.find('/', start);
+        if (end == std::string::npos) {
+            end = path.size();
+        }
+        const std::string component = path.substr(start, end - start);
+        start = end + 1;
+        if (component.empty() || component == ".") {
+            continue;
+        }
+        prefix += "/" + component;
+        UniqueFd existing(openat2_in_root(root.get(), prefix, O_PATH | O_DIRECTORY));
+        if (existing) {
+            require_guest_file(existing.get(), prefix);
+            current = std::move(existing);
+            continue;
+        }
+        if (errno != ENOENT) {
+            fail_errno(errno, prefix, "creating");
+        }
+        // Made in the directory already resolved and checked, as the guest's root (so owned by
+        // it) with the umask cleared: no metadata call by name follows.
+        if (::mkdirat(current.get(), component.c_str(), 0755) != 0 && errno != EEXIST) {
+            fail_errno(errno, prefix, "creating");
+        }
+        UniqueFd made(::openat(current.get(), component.c_str(),
+                               O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!made) {
+            fail_errno(errno, prefix, "creating");
+        }
+        current = std::move(made);
+    }
+}
+
+void write(const std::string& path, std::string_view content, bool create_dirs,
+           std::optional<mode_t> mode) {
+    const auto [parent, name] = split(path);
+    if (name.empty()) {
+        fail_errno(EISDIR, path, "writing");
+    }
+    if (create_dirs) {
+        mkdir(parent);
+    }
+    const auto root = open_root();
+    UniqueFd dir(openat2_in_root(root.get(), parent, O_PATH | O_DIRECTORY));
+    if (!dir) {
+        if (errno == ENOENT) {
+            throw PlaneError{404, "DirectoryNotFound",
+                             fmt::format("The parent directory of '{}' does not exist; pass "
+                                         "createDirs=true.",
+                                         path)};
+        }
+        fail_errno(errno, path, "writing");
+    }
+    require_guest_file(dir.get(), path);
+    // A new file is made in the checked directory (O_EXCL and O_NOFOLLOW: never through a link).
+    UniqueFd fd(::openat(dir.get(), name.c_str(),
+                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC,
+                         mode.value_or(0644)));
+    const bool created = fd.valid();
+    if (!created) {
+        if (errno != EEXIST) {
+            fail_errno(errno, path, "writing");
+        }
+        // An existing name, a final link included, is written where the guest's links lead:
+        // checked before the open for writing, and what was opened is checked again.
+        open_checked(root.get(), path, O_PATH, "writing");
+        fd = open_checked(root.get(), path, O_WRONLY | O_NONBLOCK | O_NOCTTY, "writing");
+        struct stat st {};
+        if (::fstat(fd.get(), &st) != 0) {
+            fail_errno(errno, path, "writing");
+        }
+        if (S_ISREG(st.st_mode) && ::ftruncate(fd.get(), 0) != 0) {
+            fail_errno(errno, path, "writing");
+        }
+    }
+    write_all(fd.get(), content, path);
+    if (created || mode) {
+        if (::fchmod(fd.get(), mode.value_or(0644)) != 0) {
+            fail_errno(errno, path, "setting the mode of");
+        }
+    }
+}
+
+std::string stat(const std::string& path) {
+    const auto root = open_root();
+    const auto [parent, name] = split(path);
+    struct stat st {};
+    std::optional<std::string> target;
+    if (name.empty()) {
+        if (::fstat(root.get(), &st) != 0) {
+            fail_errno(errno, path, "stat");
+        }
+    } else {
+        UniqueFd dir(openat2_in_root(root.get(), parent, O_PATH | O_DIRECTORY));
+        if (!dir) {
+            fail_errno(errno == ENOTDIR ? ENOENT : errno, path, "stat");
+        }
+        require_guest_file(dir.get(), path);
+        // The final component itself, a link included (described, not followed).
+        UniqueFd fd(::openat(dir.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+        if (!fd) {
+            fail_errno(errno, path, "stat");
+        }
+        require_guest_file(fd.get(), path);
+        if (::fstat(fd.get(), &st) != 0) {
+            fail_errno(errno, path, "stat");
+        }
+        if (S_ISLNK(st.st_mode)) {
+            target = link_target(fd.get(), "");
+        }
+    }
+    return json::serialize(entry_json(name.empty() ? "/" : name, path, st, target));
+}
+
+std::string list(const std::string& path) {
+    const auto root = open_root();
+    auto fd = open_checked(root.get(), path, O_RDONLY | O_DIRECTORY, "listing");
+    DIR* dir = ::fdopendir(fd.get());
+    if (dir == nullptr) {
+        fail_errno(errno, path, "listing");
+    }
+    fd.release();
+    struct Close {
+        DIR* d;
+        ~Close() { ::closedir(d); }
+    } closer{dir};
+    std::vector<std::string> names;
+    while (auto* e = ::readdir(dir)) {
+        const std::string name = e->d_name;
+        if (name != "." && name != "..") {
+            names.push_back(name);
+        }
+    }
+    std::sort(names.begin(), names.end());
+    std::string base = path;
+    while (base.size() > 1 && base.back() == '/') {
+        base.pop_back();
+    }
+    json::array entries;
+    for (const auto& name : names) {
+        struct stat st {};
+        if (::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            continue;  // vanished while listing
+        }
+        std::optional<std::string> target;
+        if (S_ISLNK(st.st_mode)) {
+            target = link_target(::dirfd(dir), name);
+        }
+        entries.push_back(entry_json(name, (base == "/" ? "" : base) + "/" + name, st, target));
+    }
+    return json::serialize(
+        json::object{{"path", replace_invalid_utf8(path)}, {"entries", std::move(entries)}});
+}
+
+void remove(const std::string& path, bool recursive) {
+    const auto [parent, name] = split(path);
+    if (name.empty()) {
+        throw PlaneError{400, "InvalidPath", "The root directory cannot be deleted."};
+    }
+    const auto root = open_root();
+    // O_RDONLY (not O_PATH): remove_tree opens children relative to it.
+    UniqueFd dir(openat2_in_root(root.get(), parent, O_RDONLY | O_DIRECTORY));
+    if (!dir) {
+        fail_errno(errno == ENOTDIR ? ENOENT : errno, path, "deleting");
+    }
+    require_guest_file(dir.get(), path);
+    struct stat st {};
+    if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        fail_errno(errno, path, "deleting");
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        if (::unlinkat(dir.get(), name.c_str(), 0) != 0) {
+            fail_errno(errno, path, "deleting");
+        }
+        return;
+    }
+    if (!recursive) {
+        if (::unlinkat(dir.get(), name.c_str(), AT_REMOVEDIR) != 0) {
+            fail_errno(errno, path, "deleting");
+        }
+        return;
+    }
+    remove_tree(dir.get(), name, path);
+}
+
+}  // namespace maf_sandbox::emulator::inside

@@ -1,0 +1,31 @@
+// Internal: the file plane's operations as they run inside the guest-authority child
+// (guest_authority.hpp): `/` is the guest's root and the process is the guest's root user, so
+// following the guest's links (the service's contract) can only reach what the guest itself can.
+// Each one resolves with openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS) from the root and acts on
+// descriptors; metadata changes only through descriptors (fchmod on an fd, never by name), and
+// every descriptor is checked before it is used: the sandbox's /proc, /sys and /dev (and any
+// device node or kernel file system) are refused with PlaneError 403 PathNotAllowed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "file_plane.hpp"
+#include "guest_authority.hpp"
+
+namespace maf_sandbox::emulator::inside {
+
+ReadKind classify_read(const std::string& path);
+// Streams the file's bytes to `out` (data frames); refuses a file over `max_bytes` first.
+void read(const std::string& path, std::uint64_t max_bytes, ReplyChannel& out);
+void write(const std::string& path, std::string_view content, bool create_dirs,
+           std::optional<mode_t> mode);
+std::string stat(const std::string& path);  // the JSON payload
+std::string list(const std::string& path);  // the JSON payload
+void mkdir(const std::string& path);
+void remove(const std::string& path, bool recursive);
+
+}  // namespace maf_sandbox::emulator::inside
