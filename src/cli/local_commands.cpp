@@ -15,6 +15,7 @@
 #include "exec_report.hpp"
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/outputs.hpp"
 #include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
@@ -293,9 +294,9 @@ void add_local_commands(CLI::App& app, Context& context) {
             context.exit_code = run_in(io, *sandbox, *options);
             for (const auto& output : options->outputs) {
                 const auto bytes = run_blocking(io, sandbox->read_file(output, "", 1ull << 30));
-                const auto target = std::filesystem::path(options->out_dir) /
-                                    std::filesystem::path(output).filename();
-                std::ofstream(target, std::ios::binary) << bytes;
+                // fd-relative under --out-dir, through no link (core/outputs.hpp).
+                land_bytes_beneath(options->out_dir,
+                                   std::filesystem::path(output).filename().string(), bytes);
             }
         });
     }

@@ -120,42 +120,10 @@ std::string collision_message(const std::string& first, const std::string& secon
         first, second);
 }
 
-Task<LandedArtifact> land_file(std::filesystem::path resolved_root, LandingDisplay display,
+Task<LandedArtifact> land_file(std::filesystem::path root, LandingDisplay display,
                                Artifact artifact) {
-    namespace fs = std::filesystem;
-    // Host links are followed here on purpose: where the bytes really go is what is checked.
-    const auto destination = fs::weakly_canonical(resolved_root / artifact.name);
-    const auto relative = destination.lexically_relative(resolved_root);
-    if (relative.empty() || relative == "." || *relative.begin() == "..") {
-        throw SandboxLandingNotConfined(fmt::format(
-            "artifact '{}' would land outside the host's landing directory (through a link "
-            "or an odd name); rename the artifact or fix the landing directory",
-            artifact.name));
-    }
-    std::error_code error;
-    fs::create_directories(destination.parent_path(), error);
-    if (error) {
-        throw SandboxOutputError(fmt::format(
-            "artifact '{}' could not be landed: its directory could not be created ({}); check "
-            "the landing directory's permissions",
-            artifact.name, error.message()));
-    }
     // Small, bounded writes (capped by files_out): done inline rather than off the loop.
-    std::FILE* file = std::fopen(destination.c_str(), "wb");
-    if (file == nullptr) {
-        throw SandboxOutputError(fmt::format(
-            "artifact '{}' could not be landed: the file could not be opened; check the "
-            "landing directory's permissions",
-            artifact.name));
-    }
-    const auto written = std::fwrite(artifact.content.data(), 1, artifact.content.size(), file);
-    const bool closed = std::fclose(file) == 0;
-    if (written != artifact.content.size() || !closed) {
-        throw SandboxOutputError(fmt::format(
-            "artifact '{}' could not be landed: writing it failed; check the free space of "
-            "the landing directory",
-            artifact.name));
-    }
+    const auto destination = land_bytes_beneath(root, artifact.name, artifact.content);
     co_return LandedArtifact{artifact.name, display(artifact, destination), destination.string()};
 }
 
@@ -318,7 +286,7 @@ Task<std::vector<LandedArtifact>> collect_outputs(Sandbox& sandbox, SandboxSpec 
 
 OutputSink make_file_system_sink(const std::filesystem::path& root, LandingDisplay display) {
     namespace fs = std::filesystem;
-    auto resolved_root = fs::weakly_canonical(fs::absolute(root));
+    auto resolved_root = fs::absolute(root);
     if (!display) {
         display = [](const Artifact& artifact, const fs::path&) {
             return fmt::format("{} ({} bytes)", artifact.name, artifact.content.size());

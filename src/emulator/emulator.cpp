@@ -352,6 +352,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             response = problem_response(p);
         } catch (const PlaneError& p) {
             response = problem_response(Problem{p.status, p.title, p.detail});
+        } catch (const StateRecordTooLarge& e) {
+            response = problem_response(Problem{413, "RequestEntityTooLarge", e.what()});
         } catch (const std::exception& e) {
             logger->error("request {} {} failed: {}", request_id, route_label, e.what());
             response = problem_response(Problem{500, "InternalServerError", e.what()});

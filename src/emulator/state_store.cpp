@@ -225,6 +225,23 @@ StateStore::StateStore(std::filesystem::path state_dir)
     }
 }
 
+void StateStore::check_record(std::size_t bytes, const char* what) const {
+    if (bytes > kMaxStateRecordBytes) {
+        throw StateRecordTooLarge(fmt::format(
+            "the {} record would take {} bytes of the emulator's state, over the cap of {} bytes; "
+            "send fewer or shorter labels, environment variables or policy rules",
+            what, bytes, kMaxStateRecordBytes));
+    }
+}
+
+void StateStore::check_count(bool adds) const {
+    if (adds && sandboxes_.size() + disk_images_.size() >= kMaxStateRecords) {
+        throw StateRecordTooLarge(fmt::format(
+            "the emulator already keeps {} sandboxes and disk images, its cap; delete some first",
+            kMaxStateRecords));
+    }
+}
+
 void StateStore::save_locked() const {
     json::object sandboxes;
     for (const auto& [id, doc] : sandboxes_) {
@@ -265,7 +282,10 @@ bool StateStore::mutate(const std::string& id, const std::function<void(SandboxD
     if (it == sandboxes_.end()) {
         return false;
     }
-    change(it->second);
+    SandboxDoc changed = it->second;
+    change(changed);
+    check_record(json::serialize(sandbox_to_state(changed)).size(), "sandbox");
+    it->second = std::move(changed);
     save_locked();
     return true;
 }
@@ -283,6 +303,8 @@ bool StateStore::mutate_volatile(const std::string& id,
 
 void StateStore::put(const SandboxDoc& doc) {
     std::lock_guard lock(mutex_);
+    check_record(json::serialize(sandbox_to_state(doc)).size(), "sandbox");
+    check_count(sandboxes_.count(doc.id) == 0);
     sandboxes_[doc.id] = doc;
     save_locked();
 }
@@ -313,6 +335,8 @@ std::vector<DiskImageDoc> StateStore::disk_images() const {
 
 void StateStore::put(const DiskImageDoc& doc) {
     std::lock_guard lock(mutex_);
+    check_record(json::serialize(image_to_state(doc)).size(), "disk image");
+    check_count(disk_images_.count(doc.id) == 0);
     disk_images_[doc.id] = doc;
     save_locked();
 }

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,17 @@ struct DiskImageDoc {
     boost::json::object to_wire() const;
 };
 
+// The emulator's state is a host file every client request can add to (labels, environment,
+// policies, disk images): each record and the number of records are capped, so no client grows it
+// without bound. put() and mutate() throw StateRecordTooLarge (the routes answer 413) and leave the
+// state as it was.
+inline constexpr std::size_t kMaxStateRecordBytes = 256 * 1024;
+inline constexpr std::size_t kMaxStateRecords = 4096;
+
+struct StateRecordTooLarge : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
 class StateStore {
   public:
     // Loads <dir>/emulator/state.json when present. Throws Error when it is unreadable.
@@ -89,6 +101,10 @@ class StateStore {
 
   private:
     void save_locked() const;
+    // Throw StateRecordTooLarge: a record over kMaxStateRecordBytes; a new record (`adds`) past
+    // kMaxStateRecords.
+    void check_record(std::size_t bytes, const char* what) const;
+    void check_count(bool adds) const;
 
     std::filesystem::path file_;
     mutable std::mutex mutex_;

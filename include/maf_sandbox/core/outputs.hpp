@@ -89,9 +89,18 @@ Task<std::vector<LandedArtifact>> collect_outputs(Sandbox& sandbox, SandboxSpec 
 using LandingDisplay =
     std::function<std::string(const Artifact& artifact, const std::filesystem::path& destination)>;
 
-// A sink that writes each artifact under `root` (resolved once, here). A destination that resolves
-// outside root, following host links, throws SandboxLandingNotConfined (naming no host path).
-// Parents are created; content is written as binary; the handle is the destination path.
+// A sink that writes each artifact under `root` with land_bytes_beneath; the handle is the
+// destination path.
 OutputSink make_file_system_sink(const std::filesystem::path& root, LandingDisplay display = {});
+
+// Writes `content` as `name` (validate_artifact_name's rules) under the host directory `root`
+// (created when missing; links in `root`'s own path are the host's choice and followed). Below
+// `root` everything is fd-relative: parents are made with mkdirat and entered with openat2
+// (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV), the bytes go
+// to a new O_EXCL sibling renamed over the name. A link or another mount on the way throws
+// SandboxLandingNotConfined (naming no host path); other failures SandboxOutputError. Returns the
+// destination's path.
+std::filesystem::path land_bytes_beneath(const std::filesystem::path& root, std::string_view name,
+                                         std::string_view content);
 
 }  // namespace maf_sandbox

@@ -370,5 +370,43 @@ TEST(EmulatorToken, PublicMetricsMakesOnlyMetricsPublic) {
     EXPECT_EQ(wrong.call("GET", "/sandboxes").status, 401);
 }
 
+// --- The emulator's state file: no client grows it without bound -----------------------------
+
+TEST(EmulatorStateCaps, AnOversizedRecordIsRefusedAndNeverWritten) {
+    TempDir dir;
+    EmulatorProcess process(dir.path(), {"--token", "tok"});
+    boost::asio::io_context io;
+    SdkClient sdk(io, process.ca_file(), process.base_url(), "tok");
+    // The control: an ordinary disk-image record is kept.
+    auto r = sdk.call("PUT", "/diskimages",
+                      R"({"image":{"base":"myacr.azurecr.io/small:1.0"},"labels":{"name":"s"}})");
+    ASSERT_TRUE(r.status == 200 || r.status == 201) << r.body;
+    const auto state = dir.path() / "emulator" / "state.json";
+    const auto size_before = std::filesystem::file_size(state);
+    // 300 KiB of labels (each value within the 63-character rule), then of environment.
+    json::object labels;
+    for (int i = 0; i < 6000; ++i) {
+        labels[fmt::format("label-{:05}", i)] = std::string(50, 'x');
+    }
+    r = sdk.call(
+        "PUT", "/diskimages",
+        json::serialize(json::object{{"image", json::object{{"base", "myacr.azurecr.io/big:1.0"}}},
+                                     {"labels", labels}}));
+    EXPECT_EQ(r.status, 413) << r.body.substr(0, 300);
+    json::object environment;
+    for (int i = 0; i < 3000; ++i) {
+        environment[fmt::format("VAR_{:05}", i)] = std::string(100, 'y');
+    }
+    r = sdk.call("PUT", "/sandboxes",
+                 json::serialize(json::object{
+                     {"sourcesRef", json::object{{"diskImage", json::object{{"name", "python-3.13"},
+                                                                            {"isPublic", true}}}}},
+                     {"environment", environment}}));
+    EXPECT_EQ(r.status, 413) << r.body.substr(0, 300);
+    EXPECT_LT(std::filesystem::file_size(state), size_before + 4096);
+    const auto listing = SdkClient::body(sdk.call("GET", "/sandboxes")).at("value").as_array();
+    EXPECT_TRUE(listing.empty());
+}
+
 }  // namespace
 }  // namespace maf_sandbox::emulator::testing

@@ -1,0 +1,140 @@
+// Landing bytes on the host under a directory the host chose, by a name the sandbox chose:
+// fd-relative from the landing directory, never following a link below it (issue 17).
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <cerrno>
+#include <cstring>
+
+#include "maf_sandbox/core/outputs.hpp"
+
+namespace maf_sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Fd {
+  public:
+    explicit Fd(int fd) : fd_(fd) {}
+    Fd(const Fd&) = delete;
+    Fd& operator=(const Fd&) = delete;
+    Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+    Fd& operator=(Fd&& other) noexcept {
+        std::swap(fd_, other.fd_);
+        return *this;
+    }
+    ~Fd() {
+        if (fd_ >= 0) {
+            ::close(fd_);
+        }
+    }
+    int get() const { return fd_; }
+    bool valid() const { return fd_ >= 0; }
+
+  private:
+    int fd_;
+};
+
+// Beneath `dir` only, through no link of any kind and onto no other mount.
+int open_beneath(int dir, const std::string& name, int flags, mode_t mode = 0) {
+    open_how how{};
+    how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC);
+    how.mode = (flags & O_CREAT) != 0 ? mode : 0;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+    int fd;
+    do {
+        fd = static_cast<int>(::syscall(SYS_openat2, dir, name.c_str(), &how, sizeof how));
+    } while (fd < 0 && (errno == EAGAIN || errno == EINTR));
+    return fd;
+}
+
+[[noreturn]] void not_confined(std::string_view name) {
+    throw SandboxLandingNotConfined(fmt::format(
+        "artifact '{}' would land through a link, onto another mount or outside the host's "
+        "landing directory; rename the artifact or remove the link from the landing directory",
+        name));
+}
+
+[[noreturn]] void landing_failed(std::string_view name, std::string_view doing, int error) {
+    if (error == ELOOP || error == EXDEV) {
+        not_confined(name);
+    }
+    throw SandboxOutputError(fmt::format(
+        "artifact '{}' could not be landed: {} failed ({}); check the landing directory's "
+        "permissions and free space",
+        name, doing, std::strerror(error)));
+}
+
+std::string random_suffix() {
+    unsigned char bytes[8];
+    if (::getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) {
+        return std::to_string(::getpid());
+    }
+    std::string out;
+    for (const auto b : bytes) {
+        out += fmt::format("{:02x}", b);
+    }
+    return out;
+}
+
+}  // namespace
+
+fs::path land_bytes_beneath(const fs::path& root, std::string_view name, std::string_view content) {
+    validate_artifact_name(name);
+    // The landing directory itself is the host's choice (its own links included).
+    std::error_code ec;
+    fs::create_directories(root, ec);
+    Fd dir(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!dir.valid()) {
+        landing_failed(name, "opening the landing directory", errno);
+    }
+    // Each parent made and entered by descriptor: a name below the root is never followed.
+    const std::string text(name);
+    std::size_t start = 0;
+    for (auto slash = text.find('/'); slash != std::string::npos; slash = text.find('/', start)) {
+        const std::string component = text.substr(start, slash - start);
+        start = slash + 1;
+        if (::mkdirat(dir.get(), component.c_str(), 0777) != 0 && errno != EEXIST) {
+            landing_failed(name, "creating a directory", errno);
+        }
+        Fd next(open_beneath(dir.get(), component, O_PATH | O_DIRECTORY));
+        if (!next.valid()) {
+            landing_failed(name, "entering a directory", errno);
+        }
+        dir = std::move(next);
+    }
+    const std::string leaf = text.substr(start);
+    // Written to a new sibling (O_EXCL: never through an existing inode, a hard link included),
+    // then renamed over the name: a reader sees the old file or the new one.
+    const std::string staged = ".maf-landing-" + random_suffix();
+    Fd file(open_beneath(dir.get(), staged, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0666));
+    if (!file.valid()) {
+        landing_failed(name, "creating the file", errno);
+    }
+    std::size_t done = 0;
+    while (done < content.size()) {
+        const auto n = ::write(file.get(), content.data() + done, content.size() - done);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            const int error = n < 0 ? errno : EIO;
+            ::unlinkat(dir.get(), staged.c_str(), 0);
+            landing_failed(name, "writing the file", error);
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    if (::renameat(dir.get(), staged.c_str(), dir.get(), leaf.c_str()) != 0) {
+        const int error = errno;
+        ::unlinkat(dir.get(), staged.c_str(), 0);
+        landing_failed(name, "renaming the file into place", error);
+    }
+    return root / fs::path(text);
+}
+
+}  // namespace maf_sandbox
