@@ -116,14 +116,12 @@ std::optional<std::uint64_t> mount_id(int dir, const char* path, int flags) {
 }
 
 // The mount of the guest's /dev (a tmpfs of device nodes the runtime built), when /dev is a mount
-// of its own; looked up once per child (one operation).
+// of its own. Looked up on every check rather than kept in a static: a static's guard is a lock,
+// and this runs in a child forked from a process of many threads.
 std::optional<std::uint64_t> dev_mount() {
-    static const std::optional<std::uint64_t> id = []() -> std::optional<std::uint64_t> {
-        const auto dev = mount_id(AT_FDCWD, "/dev", AT_SYMLINK_NOFOLLOW);
-        const auto root = mount_id(AT_FDCWD, "/", 0);
-        return dev && dev != root ? dev : std::nullopt;
-    }();
-    return id;
+    const auto dev = mount_id(AT_FDCWD, "/dev", AT_SYMLINK_NOFOLLOW);
+    const auto root = mount_id(AT_FDCWD, "/", 0);
+    return dev && dev != root ? dev : std::nullopt;
 }
 
 [[noreturn]] void not_allowed(std::string_view path) {
