@@ -14,11 +14,6 @@ namespace json = boost::json;
 
 namespace {
 
-// Generous for a file of the largest size the routes read (256 MiB through a socket pair takes
-// well under a second); the guest cannot make a child wait (every open is non-blocking and the
-// child is not in the sandbox's cgroups, so a frozen sandbox does not freeze it).
-constexpr std::chrono::milliseconds kOperationDeadline{120000};
-
 void require_absolute(std::string_view path) {
     if (path.empty() || path.front() != '/' || path.find('\0') != std::string_view::npos) {
         throw PlaneError{400, "InvalidPath", fmt::format("The path '{}' must be absolute.", path)};
@@ -27,7 +22,7 @@ void require_absolute(std::string_view path) {
 
 GuestReply run(const GuestAuthority& authority, const std::function<void(ReplyChannel&)>& op,
                std::uint64_t max_data = 0) {
-    return run_with_guest_authority(authority, op, max_data, kOperationDeadline);
+    return run_with_guest_authority(authority, op, max_data);
 }
 
 json::object parse_payload(const std::string& payload) {
@@ -67,7 +62,7 @@ void FilePlane::write(std::string_view path, std::string_view content, bool crea
                       std::optional<mode_t> mode) const {
     require_absolute(path);
     const std::string p(path);
-    // The content is not sent: the forked child already holds it.
+    // The content is not copied: the child shares the caller's memory.
     run(authority_, [&](ReplyChannel& out) {
         inside::write(p, content, create_dirs, mode);
         out.done({});
