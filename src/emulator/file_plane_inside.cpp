@@ -68,7 +68,8 @@ int openat2_in_root(int root, const std::string& path, int flags, mode_t mode = 
             throw PlaneError{507, "InsufficientStorage",
                              fmt::format("No space left while {} '{}'.", doing, path)};
         default:
-            // strerrordesc_np: no locale lookup (this runs in a child forked from many threads).
+            // strerrordesc_np: no locale lookup (this runs in a child sharing a process of many
+            // threads).
             throw PlaneError{
                 500, "FileOperationFailed",
                 fmt::format("{} '{}' failed: {}", doing, path, ::strerrordesc_np(error))};
@@ -117,7 +118,7 @@ std::optional<std::uint64_t> mount_id(int dir, const char* path, int flags) {
 
 // The mount of the guest's /dev (a tmpfs of device nodes the runtime built), when /dev is a mount
 // of its own. Looked up on every check rather than kept in a static: a static's guard is a lock,
-// and this runs in a child forked from a process of many threads.
+// and this runs in a child sharing the memory of a process of many threads.
 std::optional<std::uint64_t> dev_mount() {
     const auto dev = mount_id(AT_FDCWD, "/dev", AT_SYMLINK_NOFOLLOW);
     const auto root = mount_id(AT_FDCWD, "/", 0);

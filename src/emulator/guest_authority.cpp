@@ -89,7 +89,7 @@ void enter(const GuestAuthority& authority, pid_t parent) {
     check(::chdir("/") == 0, "entering the guest's root");
     check(::setresgid(0, 0, 0) == 0, "becoming the guest's root group");
     check(::setresuid(0, 0, 0) == 0, "becoming the guest's root");
-    // After the uid change (which clears it): end with the worker that forked us.
+    // After the uid change (which clears it): end with the worker that cloned us.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     if (::getppid() != parent) {
         ::_exit(1);
