@@ -63,6 +63,12 @@ int openat2_in_root(int root, const std::string& path, int flags, mode_t mode = 
         case EXDEV:
             throw PlaneError{400, "InvalidPath",
                              fmt::format("The path '{}' leaves the sandbox's file system.", path)};
+        case EACCES:
+        case EPERM:
+            // The guest's own permissions (this runs as its root): e.g. /proc/1/root of its
+            // PID 1, which is not dumpable.
+            throw PlaneError{403, "PermissionDenied",
+                             fmt::format("Permission denied while {} '{}'.", doing, path)};
         case ENOSPC:
         case EDQUOT:
             throw PlaneError{507, "InsufficientStorage",
