@@ -190,12 +190,12 @@ std::string denied_request() {
 
 // --- the proxy -------------------------------------------------------------------------------
 
-class ServiceIdentity : public SharedWorldTest<BatteryWorld> {
+class EgressServiceIdentity : public SharedWorldTest<BatteryWorld> {
   protected:
     static EgressSandbox& sandbox() { return world().sandbox; }
 };
 
-TEST_F(ServiceIdentity, ProxyRunsAsItsSandboxsProxyIdWithNoCapabilitiesUnderItsOwnFilter) {
+TEST_F(EgressServiceIdentity, ProxyRunsAsItsSandboxsProxyIdWithNoCapabilitiesUnderItsOwnFilter) {
     // Control: the proxy serves the allowed host.
     const auto control = sandbox().curl("http://allowed.test/identity");
     ASSERT_EQ(control.status, 200) << control.describe();
@@ -230,7 +230,7 @@ TEST_F(ServiceIdentity, ProxyRunsAsItsSandboxsProxyIdWithNoCapabilitiesUnderItsO
 
 // --- signals between sandboxes ---------------------------------------------------------------
 
-TEST_F(ServiceIdentity, AProcessWithOneSandboxsProxyIdCannotSignalAnotherSandboxsProgram) {
+TEST_F(EgressServiceIdentity, AProcessWithOneSandboxsProxyIdCannotSignalAnotherSandboxsProgram) {
     EgressSandbox other(world().network, battery_allowlist());
     GuestProgram victim(other, 2);
     ASSERT_GT(victim.pid(), 0) << "the other sandbox's program did not start";
@@ -251,7 +251,7 @@ TEST_F(ServiceIdentity, AProcessWithOneSandboxsProxyIdCannotSignalAnotherSandbox
     EXPECT_TRUE(own.running());
 }
 
-TEST_F(ServiceIdentity, AProcessWithOneSandboxsGuestIdCannotSignalAnotherSandboxsProgramOrProxy) {
+TEST_F(EgressServiceIdentity, AProcessWithOneSandboxsGuestIdCannotSignalAnotherSandboxsProgramOrProxy) {
     EgressSandbox other(world().network, battery_allowlist());
     GuestProgram victim(other, 4);
     GuestProgram attacker_program(sandbox(), 5);
@@ -278,7 +278,7 @@ TEST_F(ServiceIdentity, AProcessWithOneSandboxsGuestIdCannotSignalAnotherSandbox
 
 // --- slirp4netns -----------------------------------------------------------------------------
 
-TEST(ServiceIdentitySlirp,
+TEST(EgressServiceIdentitySlirp,
      Slirp4netnsRunsAsItsSandboxsSlirpIdWithCapabilitiesOnlyInsideTheSandbox) {
     if (!runtime::egress_unavailable_reason(Egress::unrestricted).empty()) {
         GTEST_SKIP() << "unrestricted egress is not available here: "
@@ -352,7 +352,7 @@ LogLines read_log_lines(const fs::path& path) {
 
 constexpr long kFloodRequests = 3000;
 
-TEST(DecisionLogFlood, ARefusedRequestFloodIsHeldToTheLogsRateAndCounted) {
+TEST(EgressDecisionLogFlood, ARefusedRequestFloodIsHeldToTheLogsRateAndCounted) {
     TestNetwork network;
     SandboxOptions options;
     options.log_limits.records_per_second = 20;
@@ -397,7 +397,7 @@ TEST(DecisionLogFlood, ARefusedRequestFloodIsHeldToTheLogsRateAndCounted) {
     EXPECT_TRUE(await_decision(sandbox, decisions.size() - 1, "allowed.test", true).has_value());
 }
 
-TEST(DecisionLogFlood, ARefusedRequestFloodStopsAtTheLogsSizeBoundAndTheProxyKeepsDeciding) {
+TEST(EgressDecisionLogFlood, ARefusedRequestFloodStopsAtTheLogsSizeBoundAndTheProxyKeepsDeciding) {
     TestNetwork network;
     SandboxOptions options;
     options.log_limits.records_per_second = 1000000;
@@ -423,7 +423,7 @@ TEST(DecisionLogFlood, ARefusedRequestFloodStopsAtTheLogsSizeBoundAndTheProxyKee
     EXPECT_LE(fs::file_size(log), 64u << 10);
 }
 
-TEST(DecisionLogFlood, LongNamesInRefusedRequestsStayWithinTheLogsFieldLengths) {
+TEST(EgressDecisionLogFlood, LongNamesInRefusedRequestsStayWithinTheLogsFieldLengths) {
     TestNetwork network;
     EgressSandbox sandbox(network, battery_allowlist());
     // Control: a short refused name is logged whole.

@@ -20,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = EgressDecisionLog::Clock;
 
-class DecisionLogBounds : public ::testing::Test {
+class EgressDecisionLogBounds : public ::testing::Test {
   protected:
     void SetUp() override {
         std::string pattern = (fs::temp_directory_path() / "maf-log-bounds-XXXXXX").string();
@@ -52,7 +52,7 @@ class DecisionLogBounds : public ::testing::Test {
     fs::path dir_;
 };
 
-TEST_F(DecisionLogBounds, RecordsWithinTheRateAreAllWritten) {
+TEST_F(EgressDecisionLogBounds, RecordsWithinTheRateAreAllWritten) {
     EgressLogLimits limits;
     limits.records_per_second = 5;
     EgressDecisionLog log(this->log(), limits);
@@ -64,7 +64,7 @@ TEST_F(DecisionLogBounds, RecordsWithinTheRateAreAllWritten) {
     EXPECT_EQ(log.pending_suppressed(), 0u);
 }
 
-TEST_F(DecisionLogBounds, RecordsPastTheRateAreCountedAndReportedOnce) {
+TEST_F(EgressDecisionLogBounds, RecordsPastTheRateAreCountedAndReportedOnce) {
     EgressLogLimits limits;
     limits.records_per_second = 5;
     EgressDecisionLog log(this->log(), limits);
@@ -88,7 +88,7 @@ TEST_F(DecisionLogBounds, RecordsPastTheRateAreCountedAndReportedOnce) {
     EXPECT_EQ(lines().back().at("suppressed").to_number<std::uint64_t>(), 6u);
 }
 
-TEST_F(DecisionLogBounds, TheFileNeverPassesItsSizeBound) {
+TEST_F(EgressDecisionLogBounds, TheFileNeverPassesItsSizeBound) {
     EgressLogLimits limits;
     limits.records_per_second = 1000000;
     limits.max_bytes = 8192;
@@ -106,7 +106,7 @@ TEST_F(DecisionLogBounds, TheFileNeverPassesItsSizeBound) {
     EXPECT_LE(fs::file_size(this->log()), 8192u);
 }
 
-TEST_F(DecisionLogBounds, LongFieldsAreCutAtCharacterBoundaries) {
+TEST_F(EgressDecisionLogBounds, LongFieldsAreCutAtCharacterBoundaries) {
     EXPECT_EQ(truncate_log_field("short", 16), "short");
     EXPECT_EQ(truncate_log_field(std::string(20, 'a'), 16), std::string(13, 'a') + "...");
     // "é" is two bytes: the cut never leaves half of it.
