@@ -251,7 +251,8 @@ TEST_F(EgressServiceIdentity, AProcessWithOneSandboxsProxyIdCannotSignalAnotherS
     EXPECT_TRUE(own.running());
 }
 
-TEST_F(EgressServiceIdentity, AProcessWithOneSandboxsGuestIdCannotSignalAnotherSandboxsProgramOrProxy) {
+TEST_F(EgressServiceIdentity,
+       AProcessWithOneSandboxsGuestIdCannotSignalAnotherSandboxsProgramOrProxy) {
     EgressSandbox other(world().network, battery_allowlist());
     GuestProgram victim(other, 4);
     GuestProgram attacker_program(sandbox(), 5);
@@ -288,9 +289,13 @@ TEST(EgressServiceIdentitySlirp,
     SandboxOptions options;
     options.mode = Egress::unrestricted;
     EgressSandbox sandbox(network, {}, options);
-    // Control: slirp4netns gave the guest its route out.
+    // Control: slirp4netns gave the guest its route out, and a host answers through it.
     const auto route = sandbox.shell("cat /proc/net/route");
     ASSERT_NE(route.stdout_bytes.find("tap0"), std::string::npos) << route.stdout_bytes;
+    const auto reached =
+        sandbox.curl("http://" + network.allowed_host().addresses().host_ipv4 + "/slirp");
+    ASSERT_EQ(reached.status, 200) << reached.describe();
+    EXPECT_TRUE(reached.served_by("A")) << reached.describe();
 
     const auto record = record_of(sandbox);
     const auto ids = mapping_of(record);
