@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/json.hpp>
@@ -90,23 +91,130 @@ std::string format_egress_decision(const EgressDecision& decision) {
     return boost::json::serialize(object);
 }
 
-EgressDecisionLog::EgressDecisionLog(const std::filesystem::path& path)
-    : path_(path),
-      fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600)) {
-    if (!fd_) {
+std::string truncate_log_field(std::string_view value, std::size_t most) {
+    constexpr std::string_view kCut = "...";
+    if (value.size() <= most) {
+        return std::string(value);
+    }
+    std::size_t keep = most > kCut.size() ? most - kCut.size() : 0;
+    // Back off over continuation bytes (10xxxxxx) so no character is split.
+    while (keep > 0 && (static_cast<unsigned char>(value[keep]) & 0xC0) == 0x80) {
+        --keep;
+    }
+    return std::string(value.substr(0, keep)) + std::string(kCut.substr(0, most - keep));
+}
+
+namespace {
+
+// Room kept for the one line that says the log is full.
+constexpr std::uint64_t kFullLineReserve = 256;
+
+UniqueFd open_for_append(const std::filesystem::path& path) {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd) {
         throw SystemError(errno, fmt::format("opening the egress decision log {}", path.string()),
                           "make its directory exist and be writable by the proxy");
     }
+    return fd;
 }
 
-void EgressDecisionLog::append(const EgressDecision& decision) {
-    const std::string line = format_egress_decision(decision) + "\n";
+}  // namespace
+
+EgressDecisionLog::EgressDecisionLog(const std::filesystem::path& path,
+                                     const EgressLogLimits& limits)
+    : EgressDecisionLog(open_for_append(path), path, limits) {}
+
+EgressDecisionLog::EgressDecisionLog(UniqueFd fd, const std::filesystem::path& path,
+                                     const EgressLogLimits& limits)
+    : path_(path), fd_(std::move(fd)), limits_(limits) {
+    struct stat info {};
+    if (!fd_ || ::fstat(fd_.get(), &info) != 0) {
+        throw SystemError(fd_ ? errno : EBADF,
+                          fmt::format("opening the egress decision log {}", path.string()));
+    }
+    size_ = static_cast<std::uint64_t>(info.st_size);
+    full_ = !fits(0);
+}
+
+bool EgressDecisionLog::fits(std::size_t bytes) const noexcept {
+    return size_ + bytes + kFullLineReserve <= limits_.max_bytes;
+}
+
+bool EgressDecisionLog::write_line(const std::string& line) {
     ssize_t written = -1;
     do {
         written = ::write(fd_.get(), line.data(), line.size());
     } while (written < 0 && errno == EINTR);
-    if (written != static_cast<ssize_t>(line.size())) {
-        throw SystemError(written < 0 ? errno : EIO,
+    if (written > 0) {
+        size_ += static_cast<std::uint64_t>(written);
+    }
+    return written == static_cast<ssize_t>(line.size());
+}
+
+void EgressDecisionLog::mark_full() {
+    if (full_) {
+        return;
+    }
+    full_ = true;
+    const boost::json::object object{{"time", format_time(std::chrono::system_clock::now())},
+                                     {"log_full", true},
+                                     {"max_bytes", limits_.max_bytes},
+                                     {"suppressed", suppressed_}};
+    const std::string line = boost::json::serialize(object) + "\n";
+    if (size_ + line.size() <= limits_.max_bytes) {
+        write_line(line);  // best effort: nothing is written after it anyway
+    }
+}
+
+void EgressDecisionLog::flush_suppressed() {
+    if (suppressed_ == 0 || full_) {
+        return;
+    }
+    const boost::json::object object{{"time", format_time(std::chrono::system_clock::now())},
+                                     {"suppressed", suppressed_}};
+    const std::string line = boost::json::serialize(object) + "\n";
+    if (!fits(line.size())) {
+        mark_full();
+        return;
+    }
+    if (!write_line(line)) {
+        throw SystemError(errno ? errno : EIO,
+                          fmt::format("appending to the egress decision log {}", path_.string()),
+                          "free space on its filesystem");
+    }
+    suppressed_ = 0;
+}
+
+void EgressDecisionLog::append(const EgressDecision& decision, Clock::time_point now) {
+    if (full_) {
+        return;
+    }
+    if (now - window_start_ >= std::chrono::seconds(1)) {
+        window_start_ = now;
+        in_window_ = 0;
+        flush_suppressed();
+        if (full_) {
+            return;
+        }
+    }
+    if (in_window_ >= limits_.records_per_second) {
+        ++suppressed_;
+        return;
+    }
+    ++in_window_;
+    EgressDecision bounded = decision;
+    bounded.method = truncate_log_field(decision.method, kEgressLogMethodBytes);
+    bounded.host = truncate_log_field(decision.host, kEgressLogHostBytes);
+    bounded.reason = truncate_log_field(decision.reason, kEgressLogReasonBytes);
+    const std::string line = format_egress_decision(bounded) + "\n";
+    if (!fits(line.size())) {
+        ++suppressed_;
+        mark_full();
+        return;
+    }
+    errno = 0;
+    if (!write_line(line)) {
+        throw SystemError(errno ? errno : EIO,
                           fmt::format("appending to the egress decision log {}", path_.string()),
                           "free space on its filesystem");
     }

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <charconv>
 #include <cstdlib>
+#include <limits>
 
 #include "egress_host_names.hpp"
 #include "maf_sandbox/core/errors.hpp"
@@ -144,8 +146,63 @@ EgressPolicy EgressPolicy::from_json(const boost::json::value& json) {
     return make(parse_egress(mode->get_string()), entries);
 }
 
+namespace {
+
+// A positive whole number from the environment, or `fallback` when the variable is unset.
+std::uint64_t positive_from_environment(const char* variable, std::uint64_t fallback,
+                                        std::uint64_t most) {
+    const char* text = std::getenv(variable);
+    if (text == nullptr || *text == '\0') {
+        return fallback;
+    }
+    std::uint64_t value = 0;
+    const std::string_view view(text);
+    const auto [end, error] = std::from_chars(view.data(), view.data() + view.size(), value);
+    if (error != std::errc() || end != view.data() + view.size() || value == 0 || value > most) {
+        throw InvalidArgument(fmt::format(
+            "{}={} is not a whole number from 1 to {}; fix or unset it", variable, view, most));
+    }
+    return value;
+}
+
+}  // namespace
+
+boost::json::value EgressLogLimits::to_json() const {
+    return boost::json::object{{"max_bytes", max_bytes},
+                               {"records_per_second", records_per_second}};
+}
+
+EgressLogLimits EgressLogLimits::from_json(const boost::json::value& json) {
+    const auto* object = json.if_object();
+    const auto* bytes = object ? object->if_contains("max_bytes") : nullptr;
+    const auto* rate = object ? object->if_contains("records_per_second") : nullptr;
+    const auto positive = [](const boost::json::value* value) {
+        return value && (value->is_uint64() || (value->is_int64() && value->get_int64() > 0));
+    };
+    if (!positive(bytes) || !positive(rate) ||
+        boost::json::value_to<std::uint64_t>(*rate) > std::numeric_limits<std::uint32_t>::max()) {
+        throw InvalidArgument(
+            "egress log limits are not {\"max_bytes\": positive, \"records_per_second\": "
+            "positive}; pass them as EgressLogLimits::to_json writes them");
+    }
+    EgressLogLimits limits;
+    limits.max_bytes = boost::json::value_to<std::uint64_t>(*bytes);
+    limits.records_per_second =
+        static_cast<std::uint32_t>(boost::json::value_to<std::uint64_t>(*rate));
+    return limits;
+}
+
+std::uint64_t egress_log_budget(std::uint64_t limit, std::uint64_t disk_bytes) {
+    constexpr std::uint64_t kFloor = 64 << 10;
+    return std::max(kFloor, std::min(limit, disk_bytes / kEgressLogDiskShare));
+}
+
 EgressOperatorOptions EgressOperatorOptions::from_environment() {
     EgressOperatorOptions options;
+    options.decision_log.max_bytes = positive_from_environment(
+        "MAF_SANDBOX_EGRESS_LOG_BYTES", options.decision_log.max_bytes, 1ull << 40);
+    options.decision_log.records_per_second = static_cast<std::uint32_t>(positive_from_environment(
+        "MAF_SANDBOX_EGRESS_LOG_RATE", options.decision_log.records_per_second, 1000000));
     if (const char* hosts = std::getenv("MAF_SANDBOX_EGRESS_HOSTS_FILE"); hosts && *hosts) {
         options.hosts_file = hosts;
     }
@@ -163,6 +220,7 @@ boost::json::value EgressOperatorOptions::to_json() const {
         object["hosts_file"] = nullptr;
     }
     object["allow_private"] = allow_private;
+    object["decision_log"] = decision_log.to_json();
     return object;
 }
 
@@ -181,6 +239,10 @@ EgressOperatorOptions EgressOperatorOptions::from_json(const boost::json::value&
         options.hosts_file = std::string(hosts->get_string());
     }
     options.allow_private = allow && allow->get_bool();
+    // Absent in records written before the log had limits: the defaults.
+    if (const auto* limits = object->if_contains("decision_log")) {
+        options.decision_log = EgressLogLimits::from_json(*limits);
+    }
     return options;
 }
 

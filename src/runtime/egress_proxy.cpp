@@ -62,8 +62,40 @@ struct ProxyState {
     const EgressProxyOptions& options;
     EgressHostsFile hosts;
     EgressDecisionLog log;
+    // Reports records the log's rate bound held back once their second is over (armed on demand,
+    // so an idle proxy never wakes).
+    asio::steady_timer flush_timer;
+    bool flush_armed = false;
     std::size_t active = 0;
+
+    void log_decision(const EgressDecision& decision) {
+        log.append(decision);  // throws: a decision that cannot be logged is not made
+        if (log.pending_suppressed() == 0 || flush_armed) {
+            return;
+        }
+        flush_armed = true;
+        flush_timer.expires_after(std::chrono::milliseconds(1100));
+        flush_timer.async_wait([this](const error_code& ec) {
+            flush_armed = false;
+            if (ec) {
+                return;
+            }
+            try {
+                log.flush_suppressed();
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "maf-sandbox egress proxy: %s\n", e.what());
+            }
+        });
+    }
 };
+
+EgressDecisionLog open_decision_log(const EgressProxyOptions& options, UniqueFd& given) {
+    const auto& limits = options.operator_options.decision_log;
+    if (given) {
+        return EgressDecisionLog(std::move(given), options.decision_log, limits);
+    }
+    return EgressDecisionLog(options.decision_log, limits);
+}
 
 std::string rule_text(const EgressRule& rule) {
     return (rule.wildcard ? "*." : "") + rule.host;
@@ -481,7 +513,9 @@ class Session : public std::enable_shared_from_this<Session> {
         decision.port = port_;
         decision.allowed = allowed;
         decision.reason = std::move(reason);
-        proxy_.log.append(decision);  // throws: a decision that cannot be logged is not made
+        // Throws when the log cannot be written: such a decision is not made. Past the log's
+        // rate or size bound the decision is made and only counted (EgressLogLimits).
+        proxy_.log_decision(decision);
     }
 
     asio::awaitable<void> answer_failure(const std::optional<std::string>& refusal,
@@ -696,14 +730,15 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, ProxyState& proxy) {
 
 int run_egress_proxy(int listener, int lifetime_fd, const EgressProxyOptions& options) {
     UniqueFd listening(listener);
+    UniqueFd log_descriptor(options.decision_log_fd);
     const ScopedSigpipeBlock sigpipe;  // splice reports a closed peer as SIGPIPE otherwise
     try {
+        asio::io_context io(1);
         ProxyState proxy{options,
                          options.operator_options.hosts_file
                              ? EgressHostsFile::load(*options.operator_options.hosts_file)
                              : EgressHostsFile{},
-                         EgressDecisionLog(options.decision_log)};
-        asio::io_context io(1);
+                         open_decision_log(options, log_descriptor), asio::steady_timer(io)};
 
         sockaddr_storage address{};
         socklen_t length = sizeof address;
@@ -743,6 +778,11 @@ int run_egress_proxy(int listener, int lifetime_fd, const EgressProxyOptions& op
             io.stop();
         });
         io.run();
+        try {
+            proxy.log.flush_suppressed();
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "maf-sandbox egress proxy: %s\n", e.what());
+        }
         return status;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "maf-sandbox egress proxy cannot run: %s\n", e.what());

@@ -26,11 +26,13 @@
 
 #include <fmt/format.h>
 
+#include "egress_proxy_filter.hpp"
 #include "fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/egress.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
 #include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "service_identity.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -43,14 +45,15 @@ constexpr int kHandOverMs = 10000;
 constexpr int kProxyWaitMs = 30000;
 // How long the host-side half waits for slirp4netns to configure the namespace.
 constexpr int kSlirpReadyMs = 10000;
+// slirp4netns.log's bound (RLIMIT_FSIZE on slirp4netns): it says a few lines at start and on
+// errors; past this its writes fail and are lost.
+constexpr std::uint64_t kSlirpLogBytes = kSlirpLogLimit;
 // The hosts file the operator names is read once, as root, at sandbox start.
 constexpr std::size_t kMaxHostsFileBytes = 1 << 20;
 // The supervisor runs with an empty environment, so slirp4netns is looked up in the system's
 // directories only (never through a PATH anybody else controls).
 constexpr const char* kSystemBinDirs[] = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin",
                                           "/usr/bin",        "/sbin",          "/bin"};
-// A uid that is nobody's: where the guest's host uid would be root (a mapping based at 0).
-constexpr uid_t kNobody = 65534;
 
 std::optional<fs::path> find_slirp4netns() {
     for (const char* dir : kSystemBinDirs) {
@@ -142,30 +145,32 @@ std::string last_line_of(const fs::path& log) {
     return text.empty() ? "it reported nothing" : "it said: " + text;
 }
 
+// Writes `message` to stderr (slirp4netns's log) from a forked child, where nothing allocates.
+void child_says(const char* message) noexcept {
+    [[maybe_unused]] const auto written = ::write(2, message, std::strlen(message));
+}
+
 // The proxy process: forked by the host-side half, never returns. Everything it keeps is named
 // here; every other descriptor (the ready pipe, PID 1's ends) is closed before it drops root.
-// `sandbox_dir` is an O_PATH descriptor: through /proc/self/fd the unprivileged proxy reaches its
-// log without search permission on the state directory's ancestors (which may be private).
-[[noreturn]] void proxy_process(const SupervisorConfig& config, int channel, int lifetime,
-                                int sandbox_dir, int hosts) noexcept {
+// It runs as the sandbox's proxy id (no guest's, no other sandbox's), in a read-only view of the
+// host's files, under its own syscall filter, and can write only `log`, up to the log's bound.
+[[noreturn]] void proxy_process(const SupervisorConfig& config, int channel, int lifetime, int log,
+                                int hosts) noexcept {
     int status = 1;
     try {
-        close_fds_except({channel, lifetime, sandbox_dir, hosts});
+        close_fds_except({channel, lifetime, log, hosts});
         ::signal(SIGPIPE, SIG_IGN);
         ::prctl(PR_SET_NAME, "maf-egress-proxy", 0, 0, 0);
         // Host names resolve through /etc/hosts and DNS only, whatever nsswitch.conf lists: glibc
         // has those two built in, so the supervisor, a static executable, never loads a shared
         // NSS module into this process (one from another glibc build would crash it).
         ::__nss_configure_lookup("hosts", "files dns");
-        // The guest's own host ids: unprivileged, and mapped to nothing outside the sandbox.
-        const uid_t uid = config.mounts.guest_uid == 0 ? kNobody : config.mounts.guest_uid;
-        const gid_t gid = config.mounts.guest_gid == 0 ? kNobody : config.mounts.guest_gid;
-        if (!drop_bounding_set() || ::setgroups(0, nullptr) != 0 ||
-            ::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0 ||
-            !drop_all_capabilities()) {
+        if (!enter_read_only_mount_namespace() ||
+            !limit_file_size(config.egress_operator.decision_log.max_bytes) ||
+            !become_service_user(config.ids.proxy_id())) {
             std::_Exit(1);
         }
-        ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        install_egress_proxy_filter();
         UniqueFd listener = receive_listener(channel, lifetime, kProxyWaitMs);
         if (!listener) {
             std::_Exit(1);
@@ -177,8 +182,8 @@ std::string last_line_of(const fs::path& log) {
         if (hosts >= 0) {
             options.operator_options.hosts_file = fd_path(hosts);
         }
-        options.decision_log =
-            fs::path(fd_path(sandbox_dir)) / egress_log_path(config.sandbox_dir).filename();
+        options.decision_log = egress_log_path(config.sandbox_dir);  // names it in errors
+        options.decision_log_fd = log;
         if (::write(channel, "k", 1) != 1) {
             std::_Exit(1);
         }
@@ -195,6 +200,10 @@ std::string last_line_of(const fs::path& log) {
 
 fs::path egress_log_path(const fs::path& sandbox_dir) {
     return sandbox_dir / "egress.log";
+}
+
+fs::path slirp_log_path(const fs::path& sandbox_dir) {
+    return sandbox_dir / "slirp4netns.log";
 }
 
 std::string egress_unavailable_reason(Egress mode) {
@@ -236,20 +245,15 @@ GuestNetwork GuestNetwork::prepare(const SupervisorConfig& config) {
     }
     compile_allowlist(config.egress.allow);  // a bad entry fails here, before anything runs
 
-    // Created here, owned by the proxy's user, so the proxy can append after dropping root.
+    // Created here, owned by the proxy's user, and handed to the proxy open: the proxy's view of
+    // the host's files is read-only.
     const fs::path log_path = egress_log_path(config.sandbox_dir);
     UniqueFd log(
         ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
-    const uid_t owner = config.mounts.guest_uid == 0 ? kNobody : config.mounts.guest_uid;
-    const gid_t group = config.mounts.guest_gid == 0 ? kNobody : config.mounts.guest_gid;
-    if (!log || ::fchown(log.get(), owner, group) != 0) {
+    const uid_t proxy_id = config.ids.proxy_id();
+    if (!log || ::fchown(log.get(), proxy_id, static_cast<gid_t>(proxy_id)) != 0) {
         throw SystemError(errno,
                           fmt::format("creating the egress decision log {}", log_path.string()));
-    }
-    log.reset();
-    UniqueFd dir(::open(config.sandbox_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!dir) {
-        throw SystemError(errno, fmt::format("opening {}", config.sandbox_dir.string()));
     }
     UniqueFd hosts;
     if (config.egress_operator.hosts_file) {
@@ -266,7 +270,7 @@ GuestNetwork GuestNetwork::prepare(const SupervisorConfig& config) {
         throw SystemError(errno, "forking the egress proxy");
     }
     if (proxy == 0) {
-        proxy_process(config, proxy_end.get(), network.lifetime_read_.get(), dir.get(),
+        proxy_process(config, proxy_end.get(), network.lifetime_read_.get(), log.get(),
                       hosts.get());
     }
     network.lifetime_read_.reset();  // the proxy's now
@@ -315,19 +319,31 @@ void GuestNetwork::start_outside(const SupervisorConfig& config, pid_t pid1) {
         }
         UniqueFd ready_read(ready[0]);
         UniqueFd ready_write(ready[1]);
-        const fs::path log_path = config.sandbox_dir / "slirp4netns.log";
+        const fs::path log_path = slirp_log_path(config.sandbox_dir);
         UniqueFd log(
             ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+        // PID 1's namespaces, opened here as root: slirp4netns, no longer root, reaches its
+        // network namespace through the descriptor (its own /proc/self/fd) and is placed in its
+        // user namespace before the exec (become_slirp_user).
+        UniqueFd userns(
+            ::open(fmt::format("/proc/{}/ns/user", pid1).c_str(), O_RDONLY | O_CLOEXEC));
+        UniqueFd netns(::open(fmt::format("/proc/{}/ns/net", pid1).c_str(), O_RDONLY | O_CLOEXEC));
+        if (!userns || !netns) {
+            throw SystemError(errno, "opening the sandbox's namespaces for slirp4netns");
+        }
+        // No --enable-sandbox: slirp4netns's own sandbox needs it to be uid 0 (or to become uid 0
+        // of the sandbox's user namespace, which is the guest's root). The read-only mount
+        // namespace below takes its place; --enable-seccomp is slirp4netns's own filter.
         const std::vector<std::string> args{
             executable->string(),
             "--configure",
             "--mtu=65520",
             "--disable-host-loopback",  // the host's 127.0.0.1 is not "the internet"
-            "--enable-sandbox",
             "--enable-seccomp",
             fmt::format("--exit-fd={}", lifetime_read_.get()),
             fmt::format("--ready-fd={}", ready_write.get()),
-            std::to_string(pid1),
+            "--netns-type=path",
+            fd_path(netns.get()),
             "tap0"};
         std::vector<char*> argv;
         for (const auto& arg : args) {
@@ -335,6 +351,7 @@ void GuestNetwork::start_outside(const SupervisorConfig& config, pid_t pid1) {
         }
         argv.push_back(nullptr);
         char* const envp[] = {nullptr};
+        const uid_t slirp_id = config.ids.slirp_id();
         const pid_t slirp = ::fork();
         if (slirp < 0) {
             throw SystemError(errno, "forking slirp4netns");
@@ -343,9 +360,15 @@ void GuestNetwork::start_outside(const SupervisorConfig& config, pid_t pid1) {
             if (log) {
                 ::dup2(log.get(), 2);
             }
-            close_fds_except({lifetime_read_.get(), ready_write.get()});
-            ::fcntl(lifetime_read_.get(), F_SETFD, 0);
-            ::fcntl(ready_write.get(), F_SETFD, 0);
+            if (!enter_read_only_mount_namespace(slirp_id) || !limit_file_size(kSlirpLogBytes) ||
+                !become_slirp_user(slirp_id, userns.get())) {
+                child_says("maf-sandbox: could not start slirp4netns as its own user\n");
+                ::_exit(126);
+            }
+            close_fds_except({lifetime_read_.get(), ready_write.get(), netns.get()});
+            for (const int fd : {lifetime_read_.get(), ready_write.get(), netns.get()}) {
+                ::fcntl(fd, F_SETFD, 0);
+            }
             ::execve(argv[0], argv.data(), envp);
             ::_exit(127);
         }

@@ -328,6 +328,19 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     config.egress = launch.egress;
     config.egress_operator = launch.egress_operator;
     config.seccomp = guest_seccomp_program();
+    // The host files a sandbox's traffic makes grow count against its disk limit: their bound is
+    // taken out of the writable layer, so layer and logs together stay within disk_bytes.
+    std::uint64_t host_log_bytes = 0;
+    if (launch.egress.mode == Egress::allowlist) {
+        auto& limits = config.egress_operator.decision_log;
+        limits.max_bytes = egress_log_budget(limits.max_bytes, config.mounts.disk_bytes);
+        host_log_bytes = limits.max_bytes;
+    } else if (launch.egress.mode == Egress::unrestricted) {
+        host_log_bytes = kSlirpLogLimit;
+    }
+    if (config.mounts.disk_bytes > 2 * host_log_bytes) {
+        config.mounts.disk_bytes -= host_log_bytes;
+    }
     if (launch.egress.mode == Egress::unrestricted) {
         // slirp4netns answers DNS on 10.0.2.3 (forwarding to the host's resolver).
         std::erase_if(config.mounts.files,

@@ -28,6 +28,7 @@
 #include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/runtime/egress.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
+#include "maf_sandbox/runtime/sandbox_process.hpp"
 #include "test_network.hpp"
 
 namespace maf_sandbox::egress_testing {
@@ -127,6 +128,8 @@ struct SandboxOptions {
     bool allow_private = true;
     // Run guest commands as root in the sandbox's user namespace.
     bool root_inside = false;
+    // The decision log's bounds (the operator's MAF_SANDBOX_EGRESS_LOG_* switches).
+    runtime::EgressLogLimits log_limits{};
 };
 
 // One sandbox (allowlist egress unless told otherwise) with the probe and the test authority's
@@ -171,6 +174,7 @@ class EgressSandbox {
     EgressSandbox& operator=(const EgressSandbox&) = delete;
 
     Sandbox& sandbox() { return *sandbox_; }
+    const std::filesystem::path& state_dir() const { return state_.path(); }
     std::shared_ptr<Sandbox> shared_sandbox() { return sandbox_; }
     const std::string& id() const { return id_; }
     local::LocalBackend& backend() { return backend_; }
@@ -235,12 +239,16 @@ class EgressSandbox {
         return backend_.egress_decisions(id_);
     }
 
+    // This sandbox's directory on the host.
+    std::filesystem::path sandbox_dir() const {
+        return std::filesystem::weakly_canonical(runtime::Registry(state_.path()).sandbox_dir(id_));
+    }
+
     // The pids of this sandbox's egress proxy: processes named maf-egress-proxy (the kernel keeps
-    // 15 characters of it) holding a descriptor of this sandbox's own directory, so never another
-    // sandbox's proxy.
+    // 15 characters of it) holding a descriptor of this sandbox's own decision log, so never
+    // another sandbox's proxy.
     std::vector<pid_t> proxy_pids() const {
-        const auto sandbox_dir =
-            std::filesystem::weakly_canonical(runtime::Registry(state_.path()).sandbox_dir(id_));
+        const auto log = runtime::egress_log_path(sandbox_dir());
         std::vector<pid_t> pids;
         std::error_code error;
         for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
@@ -259,7 +267,7 @@ class EgressSandbox {
             for (const auto& fd :
                  std::filesystem::directory_iterator(entry.path() / "fd", fd_error)) {
                 std::error_code link_error;
-                if (std::filesystem::read_symlink(fd.path(), link_error) == sandbox_dir) {
+                if (std::filesystem::read_symlink(fd.path(), link_error) == log) {
                     pids.push_back(static_cast<pid_t>(std::stoi(name)));
                     break;
                 }
@@ -294,6 +302,7 @@ class EgressSandbox {
         config.memory_bytes = 512ull << 20;
         config.egress_operator.hosts_file = network.hosts_file();
         config.egress_operator.allow_private = options.allow_private;
+        config.egress_operator.decision_log = options.log_limits;
         return config;
     }
 

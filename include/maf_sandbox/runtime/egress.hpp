@@ -68,6 +68,36 @@ struct EgressDecision {
 // Reads a decision log; a missing file is an empty log. A torn last line is skipped.
 std::vector<EgressDecision> read_egress_decisions(const std::filesystem::path& log);
 
+// Bounds on a sandbox's egress decision log, a file on the host that the guest's requests make
+// grow. Records past `records_per_second` in one second are counted, not written, and the count
+// becomes one {"time":...,"suppressed":N} line; once the file holds `max_bytes` (less room for a
+// last {"time":...,"log_full":true,...} line) nothing more is written. Decisions are made either
+// way: the log is the audit trail, not the enforcement. Each field is cut to the lengths below.
+struct EgressLogLimits {
+    // MAF_SANDBOX_EGRESS_LOG_BYTES. launch_sandbox lowers it to a share of the sandbox's disk
+    // limit (egress_log_budget) and takes it out of the writable layer.
+    std::uint64_t max_bytes = 4ull << 20;
+    // MAF_SANDBOX_EGRESS_LOG_RATE.
+    std::uint32_t records_per_second = 50;
+
+    boost::json::value to_json() const;
+    static EgressLogLimits from_json(const boost::json::value& json);
+    bool operator==(const EgressLogLimits& other) const = default;
+};
+
+// The longest field values the log keeps, in bytes; a longer one is cut (at a UTF-8 character
+// boundary) and ends in "...".
+inline constexpr std::size_t kEgressLogMethodBytes = 16;
+inline constexpr std::size_t kEgressLogHostBytes = 256;
+inline constexpr std::size_t kEgressLogReasonBytes = 160;
+// The share of a sandbox's disk limit its decision log may take at most (1/64: 32 MiB of the
+// default 2 GiB, so the 4 MiB default applies unless the disk is under 256 MiB).
+inline constexpr std::uint64_t kEgressLogDiskShare = 64;
+
+// What a sandbox's decision log may hold: min(limit, disk_bytes / kEgressLogDiskShare), and at
+// least 64 KiB so that a tiny disk still records something.
+std::uint64_t egress_log_budget(std::uint64_t limit, std::uint64_t disk_bytes);
+
 // Operator switches no spec can set (read by the backend's config, passed down to the proxy).
 struct EgressOperatorOptions {
     // MAF_SANDBOX_EGRESS_HOSTS_FILE: a hosts-format file consulted before DNS.
@@ -75,8 +105,9 @@ struct EgressOperatorOptions {
     // MAF_SANDBOX_EGRESS_ALLOW_PRIVATE=1: lets the proxy connect to loopback, link-local, private
     // and metadata addresses (where a test's own hosts live).
     bool allow_private = false;
+    EgressLogLimits decision_log;
 
-    // From the two environment variables of the calling process.
+    // From the environment variables of the calling process named above.
     static EgressOperatorOptions from_environment();
     boost::json::value to_json() const;
     static EgressOperatorOptions from_json(const boost::json::value& json);
@@ -86,6 +117,10 @@ struct EgressProxyOptions {
     std::vector<EgressRule> rules;
     EgressOperatorOptions operator_options;
     std::filesystem::path decision_log;  // appended to, one JSON line per decision
+    // When >= 0: the decision log already open for appending (owned by run_egress_proxy from
+    // then on), used instead of opening `decision_log`. The supervisor's proxy writes through it
+    // and cannot open a file for writing itself.
+    int decision_log_fd = -1;
     std::chrono::milliseconds connect_timeout{10000};
     std::chrono::milliseconds header_timeout{30000};  // for the request head / ClientHello
     // A forwarded exchange or tunnel with no bytes moving either way for this long is closed.

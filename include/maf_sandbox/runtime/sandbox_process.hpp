@@ -98,6 +98,10 @@ ExecReply exec_in_sandbox(const SandboxHandle& handle, const ExecCall& call);
 // The egress proxy's decision log of a sandbox (one JSON object per line; read_egress_decisions).
 std::filesystem::path egress_log_path(const std::filesystem::path& sandbox_dir);
 
+// slirp4netns's own log of an unrestricted sandbox, and its bound in bytes (RLIMIT_FSIZE).
+std::filesystem::path slirp_log_path(const std::filesystem::path& sandbox_dir);
+inline constexpr std::uint64_t kSlirpLogLimit = 64 << 10;
+
 // The egress modes this host enforces, checked now: closed and allowlist always, unrestricted only
 // when slirp4netns is installed and /dev/net/tun opens (guest_network.cpp).
 std::vector<Egress> enforceable_egress_modes();

@@ -13,6 +13,9 @@
 //   tunnel-tls TARGET SNI HOST PATH     CONNECT TARGET, TLS with SNI ("-" sends none), GET PATH
 //                                       with that Host header (no certificate check: the test
 //                                       reads who answered, it is not trusting anyone)
+//   flood ADDR PORT COUNT PAYLOAD       COUNT connections one after another, each sending PAYLOAD
+//                                       and reading the reply head; reports how many were
+//                                       answered 403 (`refused=`) and the seconds it took
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -368,11 +371,44 @@ std::uint16_t port_of(const char* text) {
 int usage() {
     std::fprintf(stderr,
                  "usage: egress-guest-probe tcp|udp|dns-udp|dns-tcp|unix|unix-abstract|"
-                 "raw|tunnel-raw|tunnel-tls ARGS...\n");
+                 "raw|tunnel-raw|tunnel-tls|flood ARGS...\n");
     return 2;
 }
 
 }  // namespace
+
+int flood(const std::string& address, std::uint16_t port, long count, const std::string& payload) {
+    long refused = 0;
+    long failed = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (long i = 0; i < count; ++i) {
+        const int fd = connect_tcp(address, port);
+        if (fd < 0) {
+            ++failed;
+            continue;
+        }
+        if (send_all(fd, payload)) {
+            ::shutdown(fd, SHUT_WR);  // lets the proxy's linger after a refusal end at once
+            std::string reply;
+            char buffer[1024];
+            pollfd pfd{fd, POLLIN, 0};
+            while (!head_complete(reply) && ::poll(&pfd, 1, kReplyTimeoutMs) == 1) {
+                const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+                if (n <= 0) {
+                    break;
+                }
+                reply.append(buffer, static_cast<std::size_t>(n));
+            }
+            refused += reply.starts_with("HTTP/1.1 403") ? 1 : 0;
+        }
+        ::close(fd);
+    }
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    report("refused", std::to_string(refused));
+    report("failed", std::to_string(failed));
+    report("seconds", std::to_string(took.count()));
+    return 0;
+}
 
 int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -408,6 +444,9 @@ int main(int argc, char** argv) {
     }
     if (command == "tunnel-raw" && args.size() == 2) {
         return tunnel_raw(args[0], unescape(args[1]));
+    }
+    if (command == "flood" && args.size() == 4) {
+        return flood(args[0], port_of(argv[3]), std::stol(args[2]), unescape(args[3]));
     }
     if (command == "tunnel-tls" && args.size() == 4) {
         return tunnel_tls(args[0], args[1], args[2], args[3]);
