@@ -328,6 +328,8 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     config.egress = launch.egress;
     config.egress_operator = launch.egress_operator;
     config.seccomp = guest_seccomp_program();
+    config.owner = launch.owner;
+    config.owner_pending_label = launch.owner_pending_label;
     if (launch.egress.mode == Egress::unrestricted) {
         // slirp4netns answers DNS on 10.0.2.3 (forwarding to the host's resolver).
         std::erase_if(config.mounts.files,
