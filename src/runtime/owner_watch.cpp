@@ -41,20 +41,26 @@ fs::path state_dir_of(const SupervisorConfig& config) {
 
 // The owner ended: everything of the sandbox goes, as gc would reclaim it. A record not yet
 // written (the owner died while creating) still has cgroups named for the id: they go too.
+// A cgroup can stay busy for a moment after its last process died, and a host under load makes
+// that moment longer: a few tries, then gc's turn (the record names an owner that is gone).
 [[noreturn]] void dispose(const SupervisorConfig& config) {
-    try {
-        Registry registry(state_dir_of(config));
-        SandboxRecord record;
-        record.id = config.id;
-        if (auto stored = registry.get(config.id)) {
-            record = std::move(*stored);
+    constexpr int kAttempts = 10;
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+        try {
+            Registry registry(state_dir_of(config));
+            SandboxRecord record;
+            record.id = config.id;
+            if (auto stored = registry.get(config.id)) {
+                record = std::move(*stored);
+            }
+            remove_recorded_cgroups(record);
+            registry.remove(config.id);
+            std::_Exit(0);
+        } catch (const std::exception&) {
+            ::usleep(200 * 1000);
         }
-        remove_recorded_cgroups(record);
-        registry.remove(config.id);
-    } catch (const std::exception&) {
-        std::_Exit(1);  // gc reclaims it: the record names an owner that is gone
     }
-    std::_Exit(0);
+    std::_Exit(1);
 }
 
 // True when the life pipe reports EOF within `timeout_ms` (-1: forever) or `owner` (when not -1)

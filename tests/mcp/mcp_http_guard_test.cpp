@@ -3,8 +3,10 @@
 // explicit allowance, and a cap on the sandboxes one session may hold. Each refusal follows a
 // benign control that passes on the same server.
 #include <boost/asio/io_context.hpp>
+#include <boost/json/serialize.hpp>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/kinds/sandbox_allowance.hpp"
 #include "mcp_http_fixture.hpp"
 
 namespace maf_sandbox::mcp {
@@ -42,12 +44,12 @@ TEST_F(McpHttpGuardTest, OriginTricksAreRefusedAfterLoopbackOriginsPass) {
     const auto port = std::to_string(port_);
     // Controls: no Origin (a non-browser client) and each loopback origin are admitted.
     EXPECT_EQ(status_with(admitted_but("Origin", std::nullopt)), 200);
-    for (const std::string origin :
-         {"http://127.0.0.1:" + port, "http://localhost:3000", "https://localhost",
-          "http://[::1]:" + port, "http://127.9.8.7"}) {
+    for (const auto& origin : std::vector<std::string>{
+             "http://127.0.0.1:" + port, "http://localhost:3000", "https://localhost",
+             "http://[::1]:" + port, "http://127.9.8.7"}) {
         EXPECT_EQ(status_with(admitted_but("Origin", origin)), 200) << origin;
     }
-    for (const std::string origin : {
+    for (const auto& origin : std::vector<std::string>{
              "http://127.0.0.1.evil.example",
              "http://127.0.0.1.evil.example:" + port,
              "http://localhost.evil.example",
@@ -84,12 +86,12 @@ TEST_F(McpHttpGuardTest, OriginTricksAreRefusedAfterLoopbackOriginsPass) {
 
 TEST_F(McpHttpGuardTest, HostTricksAndAWrongPortAreRefusedAfterLoopbackHostsPass) {
     const auto port = std::to_string(port_);
-    for (const std::string value :
-         {"127.0.0.1:" + port, "localhost:" + port, "[::1]:" + port, "127.0.0.53:" + port}) {
+    for (const auto& value : std::vector<std::string>{"127.0.0.1:" + port, "localhost:" + port,
+                                                      "[::1]:" + port, "127.0.0.53:" + port}) {
         EXPECT_EQ(status_with(admitted_but("Host", value)), 200) << value;
     }
     const auto other_port = std::to_string(port_ == 65535 ? 1 : port_ + 1);
-    for (const std::string value : {
+    for (const auto& value : std::vector<std::string>{
              "127.0.0.1.evil.example:" + port,
              "localhost.evil.example:" + port,
              "evil.example:" + port,
@@ -128,7 +130,7 @@ TEST_F(McpHttpGuardTest, EveryRequestNeedsTheBearerToken) {
     ASSERT_TRUE(challenge);
     EXPECT_EQ(challenge->rfind("Bearer", 0), 0u) << *challenge;
 
-    for (const std::string value : {
+    for (const auto& value : std::vector<std::string>{
              "Bearer " + token_.substr(0, token_.size() - 1) + (token_.back() == 'a' ? "b" : "a"),
              "Bearer " + token_.substr(0, 16),
              "Bearer " + token_ + "0",
@@ -177,13 +179,13 @@ TEST(McpHttpBindTest, ANonLoopbackBindIsRefusedWithoutAllowRemoteAndNoTokenIsRef
     McpHttpOptions options;
     options.token = generate_bearer_token();
     // Controls: loopback binds start.
-    for (const std::string host : {"127.0.0.1", "::1", "localhost"}) {
+    for (const auto& host : std::vector<std::string>{"127.0.0.1", "::1", "localhost"}) {
         options.host = host;
         McpHttpServer http(io.get_executor(), server, options);
         EXPECT_GT(http.start(), 0) << host;
     }
-    for (const std::string host :
-         {"0.0.0.0", "::", "10.1.2.3", "example.com", "127.0.0.1.nip.io"}) {
+    for (const auto& host :
+         std::vector<std::string>{"0.0.0.0", "::", "10.1.2.3", "example.com", "127.0.0.1.nip.io"}) {
         options.host = host;
         EXPECT_THROW(McpHttpServer(io.get_executor(), server, options), InvalidArgument) << host;
     }
