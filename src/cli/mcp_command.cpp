@@ -174,7 +174,9 @@ McpOptions merge(McpOptions file, const McpOptions& flags) {
     take(file.max_output, flags.max_output);
     take(file.scope, flags.scope);
     take(file.work_dir, flags.work_dir);
-    take(file.allow_remote, flags.allow_remote);
+    if (flags.allow_remote.value_or(false)) {
+        file.allow_remote = true;  // an absent flag reads as false, which must not undo the file
+    }
     take(file.max_session_sandboxes, flags.max_session_sandboxes);
     if (!flags.allow.empty()) {
         file.allow = flags.allow;
@@ -189,7 +191,8 @@ bool nothing_said(const McpOptions& options) {
     return !options.http && !options.backend && !options.floor && !options.image &&
            !options.egress && options.allow.empty() && !options.files && !options.out_dir &&
            options.outputs.empty() && !options.timeout && !options.max_output && !options.scope &&
-           !options.work_dir && !options.allow_remote && !options.max_session_sandboxes;
+           !options.work_dir && !options.allow_remote.value_or(false) &&
+           !options.max_session_sandboxes;
 }
 
 std::pair<std::string, std::uint16_t> parse_listen(const std::string& text) {
@@ -388,7 +391,8 @@ void run(const McpOptions& flags, const std::optional<std::string>& config_path,
                           mcp::kMcpPath);
         asio::co_spawn(io, serve_http_until_signal(*http), finished);
     } else {
-        if (options.allow_remote) {
+        // CLI11 sets a flag's optional to false when it is absent: only a true one was said.
+        if (options.allow_remote.value_or(false)) {
             throw InvalidArgument("option '--allow-remote' needs --http HOST:PORT");
         }
         context.log->info("serving MCP over stdio");
