@@ -11,6 +11,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json/parse.hpp>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -26,6 +28,7 @@
 #include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/kinds/codeact.hpp"
 #include "maf_sandbox/kinds/shell.hpp"
+#include "maf_sandbox/mcp/http_guard.hpp"
 #include "maf_sandbox/mcp/http_transport.hpp"
 #include "maf_sandbox/mcp/server.hpp"
 #include "maf_sandbox/mcp/stdio_transport.hpp"
@@ -55,6 +58,8 @@ struct McpOptions {
     std::optional<std::uint64_t> max_output;
     std::optional<std::string> scope;
     std::optional<std::string> work_dir;
+    std::optional<bool> allow_remote;
+    std::optional<std::size_t> max_session_sandboxes;
 };
 
 std::string read_text_file(const std::string& path) {
@@ -119,6 +124,17 @@ McpOptions read_config(const std::string& path) {
             options.scope = config_string(value, field);
         } else if (field == "work_dir") {
             options.work_dir = config_string(value, field);
+        } else if (field == "allow_remote") {
+            if (!value.is_bool()) {
+                throw InvalidArgument("config field 'allow_remote' must be true or false");
+            }
+            options.allow_remote = value.get_bool();
+        } else if (field == "max_session_sandboxes") {
+            if (!value.is_int64() && !value.is_uint64()) {
+                throw InvalidArgument(
+                    "config field 'max_session_sandboxes' must be a whole number of sandboxes");
+            }
+            options.max_session_sandboxes = value.to_number<std::size_t>();
         } else if (field == "timeout") {
             if (!value.is_number()) {
                 throw InvalidArgument("config field 'timeout' must be a number of seconds");
@@ -132,7 +148,8 @@ McpOptions read_config(const std::string& path) {
         } else {
             throw InvalidArgument(fmt::format(
                 "config field '{}' is unknown; use the flags' long names, e.g. backend, floor, "
-                "image, egress, allow, files, out_dir, outputs, timeout, max_output, scope",
+                "image, egress, allow, files, out_dir, outputs, timeout, max_output, scope, "
+                "allow_remote, max_session_sandboxes",
                 field.substr(0, 60)));
         }
     }
@@ -157,6 +174,10 @@ McpOptions merge(McpOptions file, const McpOptions& flags) {
     take(file.max_output, flags.max_output);
     take(file.scope, flags.scope);
     take(file.work_dir, flags.work_dir);
+    if (flags.allow_remote.value_or(false)) {
+        file.allow_remote = true;  // an absent flag reads as false, which must not undo the file
+    }
+    take(file.max_session_sandboxes, flags.max_session_sandboxes);
     if (!flags.allow.empty()) {
         file.allow = flags.allow;
     }
@@ -170,7 +191,8 @@ bool nothing_said(const McpOptions& options) {
     return !options.http && !options.backend && !options.floor && !options.image &&
            !options.egress && options.allow.empty() && !options.files && !options.out_dir &&
            options.outputs.empty() && !options.timeout && !options.max_output && !options.scope &&
-           !options.work_dir;
+           !options.work_dir && !options.allow_remote.value_or(false) &&
+           !options.max_session_sandboxes;
 }
 
 std::pair<std::string, std::uint16_t> parse_listen(const std::string& text) {
@@ -298,6 +320,13 @@ Service build_service(const McpOptions& options, Context& context) {
     if (options.scope) {
         config.scope = *options.scope;
     }
+    if (options.max_session_sandboxes) {
+        if (*options.max_session_sandboxes == 0) {
+            throw InvalidArgument(
+                "option '--max-session-sandboxes': 0 would let no tool call run; give at least 1");
+        }
+        config.max_session_sandboxes = *options.max_session_sandboxes;
+    }
     service.server = std::make_unique<mcp::McpServer>(config, service.router, std::move(codeact),
                                                       std::move(shell), context.log);
     const auto& backend = service.router->backend();
@@ -305,6 +334,21 @@ Service build_service(const McpOptions& options, Context& context) {
                       to_string(backend->isolation()), to_string(floor),
                       settings.egress_allow.empty() ? "closed" : "allowlist");
     return service;
+}
+
+// The bearer token: MAF_SANDBOX_MCP_TOKEN when set, else a fresh random one printed to stderr
+// once (never to the log, which may be kept).
+std::string bearer_token() {
+    if (const char* given = std::getenv(mcp::kMcpTokenEnv); given != nullptr && *given != '\0') {
+        return given;
+    }
+    auto token = mcp::generate_bearer_token();
+    std::fprintf(stderr,
+                 "MCP bearer token (send `Authorization: Bearer <token>`; set %s to choose "
+                 "your own):\n%s\n",
+                 mcp::kMcpTokenEnv, token.c_str());
+    std::fflush(stderr);
+    return token;
 }
 
 Task<void> serve_http_until_signal(mcp::McpHttpServer& http) {
@@ -327,14 +371,30 @@ void run(const McpOptions& flags, const std::optional<std::string>& config_path,
     std::unique_ptr<mcp::McpHttpServer> http;
     if (options.http) {
         auto [host, port] = parse_listen(*options.http);
+        mcp::McpHttpOptions http_options;
+        http_options.host = host;
+        http_options.port = port;
+        http_options.allow_remote = options.allow_remote.value_or(false);
+        if (!http_options.allow_remote && !mcp::is_loopback_bind(host)) {
+            throw InvalidArgument(fmt::format(
+                "option '--http': '{}' is not a loopback address, and the MCP endpoint runs code "
+                "for whoever reaches it; listen on 127.0.0.1, or add --allow-remote (every "
+                "request then still needs the bearer token)",
+                host));
+        }
+        http_options.token = bearer_token();
         http = std::make_unique<mcp::McpHttpServer>(io.get_executor(), *service.server,
-                                                    mcp::McpHttpOptions{host, port});
+                                                    std::move(http_options));
         const auto bound = http->start();
         context.log->info("serving MCP over streamable HTTP at http://{}:{}{}",
                           host.find(':') == std::string::npos ? host : "[" + host + "]", bound,
                           mcp::kMcpPath);
         asio::co_spawn(io, serve_http_until_signal(*http), finished);
     } else {
+        // CLI11 sets a flag's optional to false when it is absent: only a true one was said.
+        if (options.allow_remote.value_or(false)) {
+            throw InvalidArgument("option '--allow-remote' needs --http HOST:PORT");
+        }
         context.log->info("serving MCP over stdio");
         asio::co_spawn(io, mcp::serve_stdio(*service.server), finished);
     }
@@ -351,7 +411,8 @@ void add_mcp_command(CLI::App& app, Context& context) {
         "mcp",
         "Serve the execute_code and run_shell tools as a Model Context Protocol server (stdio by "
         "default, streamable HTTP at /mcp with --http). With no config and no flags: the local "
-        "backend with the isolation floor set to container.");
+        "backend with the isolation floor set to container. Over HTTP every request needs the "
+        "bearer token: MAF_SANDBOX_MCP_TOKEN, or a random one printed to stderr at start.");
     auto flags = std::make_shared<McpOptions>();
     auto config_path = std::make_shared<std::optional<std::string>>();
     command->add_option("--http", flags->http, "Serve streamable HTTP at HOST:PORT (path /mcp)");
@@ -373,6 +434,14 @@ void add_mcp_command(CLI::App& app, Context& context) {
                         "Bytes per output stream; more is refused, not truncated");
     command->add_option("--scope", flags->scope, "The sandbox key's scope for every session");
     command->add_option("--work-dir", flags->work_dir, "Guest base for the per-call directories");
+    command->add_flag(
+        "--allow-remote", flags->allow_remote,
+        "With --http: allow a non-loopback HOST (refused otherwise); the token still guards it");
+    command->add_option(
+        "--max-session-sandboxes", flags->max_session_sandboxes,
+        fmt::format("Sandboxes one MCP session may hold at once; a call beyond it is refused "
+                    "(default {})",
+                    mcp::kDefaultMaxSessionSandboxes));
     command->callback([flags, config_path, &context] { run(*flags, *config_path, context); });
 }
 

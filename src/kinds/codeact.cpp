@@ -290,7 +290,7 @@ Task<ToolResult> CodeActTool::execute_code(CallerContext caller, CodeActArgument
         return impl->run(site, result, code, names, progress);
     };
     co_return co_await detail::run_in_call_directory(impl_->binding, std::move(*key),
-                                                     std::move(body), progress);
+                                                     std::move(body), progress, caller.allowance);
 }
 
 }  // namespace maf_sandbox::kinds

@@ -30,6 +30,10 @@ constexpr const char* kAcquireFailed =
 constexpr const char* kUnbound =
     "This call is not bound to a conversation, so no sandbox can be chosen for it. Call the tool "
     "from within a session.";
+constexpr const char* kOverAllowance =
+    "This session already holds {} sandbox(es), the most one session may hold on this server. "
+    "End this session and start a new one to free them; the operator sets the limit "
+    "(maf-sandbox mcp --max-session-sandboxes).";
 constexpr const char* kExecFailed =
     "The sandbox failed while running the program (not the program itself). Try again; if it keeps "
     "failing, ask the operator (the reason is in the server's log).";
@@ -68,7 +72,8 @@ void report(const ProgressReporter& progress, double step, std::string message) 
 
 // The finally of a call: reclaim (or dispose) the call directory, and dispose a call-scoped
 // sandbox. Never throws; failures go to the log.
-Task<void> clean_up(const KindBinding& binding, const CallSite& site, bool was_cancelled) {
+Task<void> clean_up(const KindBinding& binding, const CallSite& site, bool was_cancelled,
+                    SandboxAllowance* allowance) {
     const auto timeout = was_cancelled ? std::min(binding.cleanup_timeout, kCancelledCleanupBound)
                                        : binding.cleanup_timeout;
     try {
@@ -86,6 +91,8 @@ Task<void> clean_up(const KindBinding& binding, const CallSite& site, bool was_c
             if (!done) {
                 binding.log->warn("{}: the call-scoped sandbox of call {} was not disposed",
                                   binding.tool_name, site.key.call_id);
+            } else if (allowance != nullptr) {
+                allowance->release();
             }
         }
     } catch (...) {
@@ -136,7 +143,18 @@ ToolResult unbound_call_refusal(const KindBinding& binding) {
 }
 
 Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey key, CallBody body,
-                                       const ProgressReporter& progress) {
+                                       const ProgressReporter& progress,
+                                       std::shared_ptr<SandboxAllowance> allowance) {
+    std::optional<SandboxAllowance::Claim> claim;
+    if (allowance) {
+        claim = allowance->claim();
+        if (!claim) {
+            binding.log->warn("{}: refused a call: its session already holds {} sandbox(es)",
+                              binding.tool_name, allowance->cap());
+            co_return failed(binding, CallFailure::refused,
+                             fmt::format(fmt::runtime(kOverAllowance), allowance->cap()));
+        }
+    }
     // One random id names the call: its guest directory and, at call scope, its key.
     const auto call_id = guest_call_path("/").substr(1);
     key.call_id = call_id;
@@ -159,6 +177,9 @@ Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey ke
                            error_detail(acquire_error));
         co_return failed(binding, CallFailure::infrastructure, acquire_sentence(acquire_error));
     }
+    if (claim) {
+        claim->settle();
+    }
     const auto work_dir =
         binding.spec->work_dir ? *binding.spec->work_dir : site.sandbox->base_directory();
     site.call_path = join_guest_path(normpath(work_dir), call_id);
@@ -178,7 +199,7 @@ Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey ke
         co_await boost::asio::this_coro::reset_cancellation_state();
     }
     report(progress, 3.0, "cleaning up the call directory");
-    co_await clean_up(binding, site, was_cancelled);
+    co_await clean_up(binding, site, was_cancelled, allowance.get());
     if (body_error) {
         if (was_cancelled) {
             std::rethrow_exception(body_error);

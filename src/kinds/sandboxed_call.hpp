@@ -10,6 +10,7 @@
 
 #include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/core/sandbox.hpp"
+#include "maf_sandbox/kinds/sandbox_allowance.hpp"
 #include "maf_sandbox/kinds/tool_result.hpp"
 
 namespace spdlog {
@@ -55,8 +56,11 @@ using CallBody = std::function<Task<void>(CallSite&, ToolResult&)>;
 // runs `body`, and then ALWAYS runs the router's cleanup_call (reclaim, or dispose where the
 // backend withholds reclaim) and, at isolation scope `call`, disposes the call's sandbox. A
 // cancelled call is cleaned up within min(cleanup_timeout, 2 s) and its cancellation rethrown.
+// With an `allowance`, a call that would hold more sandboxes than it allows is refused before
+// anything is acquired, and a call-scoped sandbox gives its place back when it is disposed.
 Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey key, CallBody body,
-                                       const ProgressReporter& progress);
+                                       const ProgressReporter& progress,
+                                       std::shared_ptr<SandboxAllowance> allowance = nullptr);
 
 // Runs one program in the call directory with the binding's timeout and output cap and fills
 // `result`: the program's own streams and exit code, or a fixed sentence for a timeout, an

@@ -91,7 +91,7 @@ Task<ToolResult> ShellTool::run_shell(CallerContext caller, std::string command,
         return impl->run(site, result, command, progress);
     };
     co_return co_await detail::run_in_call_directory(impl_->binding, std::move(*key),
-                                                     std::move(body), progress);
+                                                     std::move(body), progress, caller.allowance);
 }
 
 }  // namespace maf_sandbox::kinds

@@ -92,6 +92,10 @@ struct LocalBackend::Impl {
     std::shared_ptr<Sandbox> acquire_blocking(const SandboxKey& key, const SandboxSpec& spec) {
         const auto labels = sandbox_labels(key, spec);
         const bool per_call = spec->isolation_scope == IsolationScope::call;
+        // A call's sandbox is disposed by the call's own process at its end; should that process
+        // end first (killed by any signal), the sandbox goes with it (runtime/owner.hpp).
+        const auto owner =
+            per_call ? std::optional(runtime::current_process_as_owner()) : std::nullopt;
         const auto mutex = key_mutex(acquire_lock_name(labels));
         std::lock_guard in_process(*mutex);
         const auto cross_process = registry.lock(acquire_lock_name(labels));
@@ -113,23 +117,24 @@ struct LocalBackend::Impl {
                 return wrap(*handle_of(*record), work ? std::string(work->as_string()) : work_dir);
             }
         }
-        if (auto pooled = take_pooled(labels, spec, image, work_dir)) {
+        if (auto pooled = take_pooled(labels, spec, image, work_dir, owner)) {
             return pooled;
         }
-        return create(labels, spec, image, work_dir);
+        return create(labels, spec, image, work_dir, owner);
     }
 
     // (perf) A sandbox built ahead for the same image, work directory and limits (closed egress
     // only), relabelled for this key; the pool is topped up on the thread pool either way.
     std::shared_ptr<Sandbox> take_pooled(const std::map<std::string, std::string>& labels,
                                          const SandboxSpec& spec, const std::string& image,
-                                         const std::string& work_dir) {
+                                         const std::string& work_dir,
+                                         const std::optional<runtime::SandboxOwner>& owner) {
         if (!sandbox_pool.enabled() || spec->egress != Egress::closed ||
             !spec->egress_allow.empty()) {
             return nullptr;
         }
         const auto signature = pool_signature(image, work_dir);
-        auto record = sandbox_pool.take(signature, labels);
+        auto record = sandbox_pool.take(signature, labels, owner);
         refill_pool(signature, spec, image, work_dir);
         if (!record) {
             return nullptr;
@@ -184,7 +189,8 @@ struct LocalBackend::Impl {
 
     std::shared_ptr<Sandbox> create(const std::map<std::string, std::string>& labels,
                                     const SandboxSpec& spec, const std::string& image,
-                                    const std::string& work_dir) {
+                                    const std::string& work_dir,
+                                    const std::optional<runtime::SandboxOwner>& owner = {}) {
         if (!enforces(spec->egress)) {
             throw SandboxEgressNotEnforced(fmt::format(
                 "the local backend cannot enforce egress '{}' on this host ({}); use egress "
@@ -207,6 +213,9 @@ struct LocalBackend::Impl {
         record.created_at = record.last_used_at = runtime::Clock::now();
         record.lifecycle = {config.idle_timeout, config.max_lifetime};
         record.state = runtime::SandboxState::creating;
+        if (owner) {
+            runtime::set_recorded_owner(record, *owner);  // gc's evidence from the first write
+        }
         registry.create(record);
         try {
             runtime::SandboxLaunch launch;
@@ -225,12 +234,19 @@ struct LocalBackend::Impl {
             launch.max_lifetime = config.max_lifetime;
             launch.egress = policy;
             launch.egress_operator = config.egress_operator;
+            launch.owner = owner;
+            if (labels.count(kPoolLabel) > 0) {
+                launch.owner_pending_label = kPoolLabel;  // a run that takes it names its owner
+            }
             // Recorded as running while the sandbox's PID 1 finishes its set-up.
             launch.on_started = [&](const runtime::SandboxHandle& started) {
                 record.supervisor = {started.pid, started.start_time};
                 record.runtime = started.runtime_json();
                 record.runtime["work_dir"] = work_dir;
                 record.runtime["egress_policy"] = policy.to_json();
+                if (owner) {
+                    runtime::set_recorded_owner(record, *owner);
+                }
                 record.state = runtime::SandboxState::running;
                 registry.update(record);
             };

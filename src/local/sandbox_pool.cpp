@@ -29,8 +29,9 @@ std::map<std::string, std::string> SandboxPool::pool_labels(const std::string& s
 }
 
 std::optional<runtime::SandboxRecord> SandboxPool::take(
-    const std::string& signature, const std::map<std::string, std::string>& labels) {
-    auto record = take_pooled(registry_, signature, labels);
+    const std::string& signature, const std::map<std::string, std::string>& labels,
+    const std::optional<runtime::SandboxOwner>& owner) {
+    auto record = take_pooled(registry_, signature, labels, owner);
     if (record) {
         std::lock_guard guard(mutex_);
         made_.erase(record->id);

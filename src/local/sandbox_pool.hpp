@@ -35,8 +35,9 @@ class SandboxPool {
 
     // Takes a live pooled sandbox of `signature`, relabelled with `labels` (take_pooled); nullopt
     // when there is none.
-    std::optional<runtime::SandboxRecord> take(const std::string& signature,
-                                               const std::map<std::string, std::string>& labels);
+    std::optional<runtime::SandboxRecord> take(
+        const std::string& signature, const std::map<std::string, std::string>& labels,
+        const std::optional<runtime::SandboxOwner>& owner = std::nullopt);
 
     // How many more sandboxes `signature` needs to be full, counting refills in flight; the
     // caller then creates that many (labelled pool_labels(signature)) and calls created() for

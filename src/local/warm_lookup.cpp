@@ -190,9 +190,9 @@ std::optional<runtime::SandboxRecord> find_live(const runtime::Registry& registr
     return std::nullopt;
 }
 
-std::optional<runtime::SandboxRecord> take_pooled(runtime::Registry& registry,
-                                                  const std::string& signature,
-                                                  const Labels& labels) {
+std::optional<runtime::SandboxRecord> take_pooled(
+    runtime::Registry& registry, const std::string& signature, const Labels& labels,
+    const std::optional<runtime::SandboxOwner>& owner) {
     const auto lock = registry.lock(std::string(kPoolLabel) + ":" + signature);
     const runtime::LabelSelector selector({{kPoolLabel, signature}});
     for (auto& record : registry.list(selector)) {
@@ -205,6 +205,9 @@ std::optional<runtime::SandboxRecord> take_pooled(runtime::Registry& registry,
         }
         record.labels = labels;
         record.last_used_at = runtime::Clock::now();
+        if (owner) {
+            runtime::set_recorded_owner(record, *owner);
+        }
         registry.update(record);
         index_key(registry, labels, record.id);
         return record;

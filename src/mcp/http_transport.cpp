@@ -8,6 +8,8 @@
 #include <map>
 #include <optional>
 
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/mcp/http_guard.hpp"
 #include "maf_sandbox/net/http_server.hpp"
 
 namespace maf_sandbox::mcp {
@@ -41,16 +43,22 @@ HttpResponse refusal(int status, std::string_view message) {
     return rpc_error(status, -32000, message);
 }
 
-// DNS rebinding: a browser page may only reach this endpoint from a loopback origin.
-bool origin_allowed(const std::optional<std::string>& origin) {
-    if (!origin || *origin == "null") {
-        return !origin.has_value();
+// How many fields named `name` the request carries: a repeated Host, Origin or Authorization is
+// ambiguous (which one would a proxy in front of us have checked?) and is refused.
+std::size_t field_count(const net::HttpHeaders& headers, std::string_view name) {
+    std::size_t count = 0;
+    for (const auto& [key, value] : headers) {
+        count += net::iequals(key, name) ? 1 : 0;
     }
-    try {
-        return net::is_loopback_host(net::parse_http_url(*origin).host);
-    } catch (const std::exception&) {
-        return false;
-    }
+    return count;
+}
+
+HttpResponse unauthorized() {
+    auto response = refusal(401,
+                            "Unauthorized: send the server's token as `Authorization: Bearer "
+                            "<token>` (printed when the server started, or MAF_SANDBOX_MCP_TOKEN)");
+    response.headers.set("WWW-Authenticate", "Bearer realm=\"maf-sandbox-mcp\"");
+    return response;
 }
 
 }  // namespace
@@ -64,13 +72,39 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
 
     McpServer& server;
     std::size_t max_sessions;
+    std::string token;
+    bool allow_remote;
     std::unique_ptr<net::HttpServer> http;
     std::map<std::string, Entry> sessions;
     std::uint64_t uses = 0;
     bool stopped = false;
 
-    Impl(McpServer& mcp, std::size_t max)
-        : server(mcp), max_sessions(std::max<std::size_t>(1, max)) {}
+    Impl(McpServer& mcp, const McpHttpOptions& options)
+        : server(mcp),
+          max_sessions(std::max<std::size_t>(1, options.max_sessions)),
+          token(options.token),
+          allow_remote(options.allow_remote) {}
+
+    // Host, then Origin (DNS rebinding), then the token; nullopt when the request may proceed.
+    std::optional<HttpResponse> refuse_unless_admitted(const HttpRequest& request) const {
+        const auto host = request.headers.get("Host");
+        if (!host || field_count(request.headers, "Host") != 1 ||
+            !host_header_allowed(*host, http->port(), allow_remote)) {
+            return refusal(403,
+                           "Forbidden: the Host header must name this server by a loopback "
+                           "address or localhost, with its port");
+        }
+        if (field_count(request.headers, "Origin") > 1 ||
+            !origin_allowed(request.headers.get("Origin"))) {
+            return refusal(403, "Forbidden: requests from this origin are not accepted");
+        }
+        const auto authorization = request.headers.get("Authorization");
+        if (!authorization || field_count(request.headers, "Authorization") != 1 ||
+            !bearer_token_matches(*authorization, token)) {
+            return unauthorized();
+        }
+        return std::nullopt;
+    }
 
     // Marks a session busy for one request; the entry may be gone (DELETE) when it ends.
     struct Busy {
@@ -119,8 +153,8 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
         if (path != kMcpPath) {
             co_return refusal(404, fmt::format("Not found: the MCP endpoint is {}", kMcpPath));
         }
-        if (!origin_allowed(request.headers.get("Origin"))) {
-            co_return refusal(403, "Forbidden: requests from this origin are not accepted");
+        if (auto refused = refuse_unless_admitted(request)) {
+            co_return std::move(*refused);
         }
         if (net::iequals(request.method, "POST")) {
             co_return co_await post(std::move(request));
@@ -240,7 +274,20 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
 
 McpHttpServer::McpHttpServer(boost::asio::any_io_executor executor, McpServer& server,
                              McpHttpOptions options)
-    : impl_(std::make_shared<Impl>(server, options.max_sessions)) {
+    : impl_(std::make_shared<Impl>(server, options)) {
+    if (options.token.empty()) {
+        throw InvalidArgument(fmt::format(
+            "the MCP HTTP transport needs a bearer token; generate one (generate_bearer_token) or "
+            "take it from {}",
+            kMcpTokenEnv));
+    }
+    if (!options.allow_remote && !is_loopback_bind(options.host)) {
+        throw InvalidArgument(fmt::format(
+            "refusing to serve MCP on '{}', which is not a loopback address: anyone who can reach "
+            "it could run code here. Listen on 127.0.0.1, or pass --allow-remote to serve it "
+            "beyond this machine (the bearer token is then the only guard)",
+            options.host.substr(0, 80)));
+    }
     net::HttpServerOptions http_options;
     http_options.host = options.host;
     http_options.port = options.port;

@@ -17,6 +17,7 @@
 #include <random>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/kinds/sandbox_allowance.hpp"
 #include "tools.hpp"
 
 namespace maf_sandbox::mcp {
@@ -116,6 +117,8 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
     bool initialized = false;
     bool closed = false;
     MessageSink sink;
+    // The sandboxes this session holds, capped at config.max_session_sandboxes.
+    std::shared_ptr<kinds::SandboxAllowance> allowance;
     // Each call in flight waits on its trigger alongside the tool; cancelling the trigger wins
     // the race and cancels the tool, which still runs its cleanup.
     std::map<std::string, std::shared_ptr<asio::steady_timer>> in_flight;
@@ -156,7 +159,7 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
     }
 
     kinds::CallerContext caller() const {
-        return kinds::CallerContext{server->config.scope, id, server->config.agent_dir};
+        return kinds::CallerContext{server->config.scope, id, server->config.agent_dir, allowance};
     }
 
     // Runs one tool; never throws except cancellation.
@@ -448,6 +451,10 @@ McpServer::McpServer(McpServerConfig config, std::shared_ptr<SandboxRouter> rout
     if (!impl_->log) {
         throw InvalidArgument("the MCP server needs a logger");
     }
+    if (impl_->config.max_session_sandboxes == 0) {
+        throw InvalidArgument(
+            "max_session_sandboxes is 0, so no tool call could run; give at least 1");
+    }
 }
 
 McpServer::~McpServer() = default;
@@ -460,6 +467,8 @@ std::shared_ptr<McpSession> McpServer::open_session(std::string session_id) {
     auto impl = std::make_shared<McpSession::Impl>();
     impl->server = impl_;
     impl->id = session_id.empty() ? new_session_id() : std::move(session_id);
+    impl->allowance =
+        std::make_shared<kinds::SandboxAllowance>(impl_->config.max_session_sandboxes);
     impl_->log->info("session {} opened", impl->id);
     return std::shared_ptr<McpSession>(new McpSession(std::move(impl)));
 }

@@ -11,6 +11,7 @@
 #include "fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/cgroup.hpp"
+#include "maf_sandbox/runtime/owner.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -104,11 +105,15 @@ GcReport reconcile(Registry& registry, const GcOptions& options) {
     const auto now = Clock::now();
     for (const auto& record : registry.list()) {
         ++report.examined;
-        if (Registry::is_alive(record)) {
+        // A one-shot sandbox whose owner is gone is reclaimed even while its supervisor runs:
+        // its owner watch did not get to it (stopped, killed, or the host restarted).
+        const bool orphaned = owner_gone(record);
+        if (Registry::is_alive(record) && !orphaned) {
             ++report.alive;
             continue;
         }
-        if (record.supervisor.pid == 0 && now - record.created_at < options.creating_grace) {
+        if (!orphaned && record.supervisor.pid == 0 &&
+            now - record.created_at < options.creating_grace) {
             ++report.alive;  // a create in progress in some process
             continue;
         }

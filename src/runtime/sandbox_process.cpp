@@ -341,6 +341,8 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     if (config.mounts.disk_bytes > 2 * host_log_bytes) {
         config.mounts.disk_bytes -= host_log_bytes;
     }
+    config.owner = launch.owner;
+    config.owner_pending_label = launch.owner_pending_label;
     if (launch.egress.mode == Egress::unrestricted) {
         // slirp4netns answers DNS on 10.0.2.3 (forwarding to the host's resolver).
         std::erase_if(config.mounts.files,

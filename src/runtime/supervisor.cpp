@@ -34,6 +34,7 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
+#include "owner_watch.hpp"
 
 #ifndef MAF_SANDBOX_SUPERVISOR_BUILD_PATH
 #define MAF_SANDBOX_SUPERVISOR_BUILD_PATH ""
@@ -362,6 +363,9 @@ int supervisor_main(int argc, char** argv) {
         std::stringstream text;
         text << in.rdbuf();
         SupervisorConfig config = supervisor_config_from_json(json::parse(text.str()));
+        // First, while this process is in none of the sandbox's namespaces or cgroups: PID 1
+        // inherits the life pipe's write end through the clone below.
+        const UniqueFd owner_watch = start_owner_watch(config);
         // Closed egress: the network namespace is made beside the mounts (loopback_namespace.hpp).
         std::optional<PendingLoopbackNamespace> loopback;
         if (config.egress.mode == Egress::closed) {

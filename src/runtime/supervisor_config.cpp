@@ -132,6 +132,12 @@ json::value to_json(const SupervisorConfig& config) {
     out["egress"] = config.egress.to_json();
     out["egress_operator"] = config.egress_operator.to_json();
     out["seccomp_bpf"] = hex_of(config.seccomp);
+    if (config.owner) {
+        out["owner"] = to_json(*config.owner);
+    }
+    if (!config.owner_pending_label.empty()) {
+        out["owner_pending_label"] = config.owner_pending_label;
+    }
     return out;
 }
 
@@ -189,6 +195,12 @@ SupervisorConfig supervisor_config_from_json(const json::value& value) {
         config.egress_operator = EgressOperatorOptions::from_json(*options);
     }
     config.seccomp = filter_of_hex(in.at("seccomp_bpf").as_string());
+    if (const auto* owner = in.if_contains("owner")) {
+        config.owner = owner_from_json(*owner);
+    }
+    if (const auto* label = in.if_contains("owner_pending_label")) {
+        config.owner_pending_label = std::string(label->as_string());
+    }
     return config;
 }
 

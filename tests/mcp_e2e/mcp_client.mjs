@@ -136,13 +136,29 @@ async function overStdio() {
 }
 
 async function overHttp() {
-    const server = spawn(binary, [...flags, '--http', '127.0.0.1:0'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const env = { ...process.env };
+    delete env.MAF_SANDBOX_MCP_TOKEN;  // the server generates and prints one
+    const server = spawn(binary, [...flags, '--http', '127.0.0.1:0'], { stdio: ['ignore', 'ignore', 'pipe'], env });
     const log = collect(server.stderr);
     const exited = new Promise((resolve) => server.on('exit', (code, signal) => resolve({ code, signal })));
     try {
         await waitFor(() => /http:\/\/127\.0\.0\.1:\d+\/mcp/.test(log.text), 'the listening line');
         const url = new URL(log.text.match(/http:\/\/127\.0\.0\.1:\d+\/mcp/)[0]);
-        const transport = new StreamableHTTPClientTransport(url);
+        // The server printed the bearer token it generated (no MAF_SANDBOX_MCP_TOKEN was set).
+        const token = log.text.match(/MCP bearer token[^\n]*\n([0-9a-f]{64})\n/)[1];
+        const initialize = JSON.stringify({
+            jsonrpc: '2.0', id: 0, method: 'initialize',
+            params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'e2e', version: '1' } },
+        });
+        const anonymous = await fetch(url, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+            body: initialize,
+        });
+        assert.equal(anonymous.status, 401, 'a request without the token is refused');
+        assert.match(anonymous.headers.get('www-authenticate') ?? '', /^Bearer/);
+        const authorization = { Authorization: `Bearer ${token}` };
+        const transport = new StreamableHTTPClientTransport(url, { requestInit: { headers: authorization } });
         const client = new Client({ name: 'maf-sandbox-e2e', version: '1.0.0' });
         await client.connect(transport);
         const session = transport.sessionId;
@@ -156,7 +172,7 @@ async function overHttp() {
         // The ended session is gone: reusing its id is refused.
         const stale = await fetch(url, {
             method: 'POST',
-            headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': session },
+            headers: { ...authorization, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': session },
             body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
         });
         assert.equal(stale.status, 404);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,8 @@
 
 namespace maf_sandbox::kinds {
 
+class SandboxAllowance;
+
 // Who is calling, read from the host's request context for every call. Tool arguments never
 // reach it, so no model input can choose or change a sandbox key.
 struct CallerContext {
@@ -20,6 +23,9 @@ struct CallerContext {
     // Unset or empty: the call is not bound to a conversation and is refused.
     std::optional<std::string> thread_id;
     std::string agent_dir;
+    // How many sandboxes this caller may hold (sandbox_allowance.hpp); unset: no cap. A call that
+    // would go over it is refused before anything is acquired.
+    std::shared_ptr<SandboxAllowance> allowance;
 };
 
 // Lets the host classify a result: which backend ran it, at which rung, with which egress.

@@ -2,6 +2,12 @@
 // JSON-RPC message (a request is answered with application/json, or with text/event-stream when the
 // client accepts it and asked for progress), the Mcp-Session-Id header names the session created by
 // initialize, DELETE ends a session and disposes its sandboxes, GET is not offered (405).
+//
+// Every request to /mcp is checked, in this order (http_guard.hpp): the Host header (403 unless a
+// loopback host, or with allow_remote an IP literal, with the server's port), the Origin header
+// (403 when present and not a loopback origin), then the bearer token (401 with
+// `WWW-Authenticate: Bearer` when missing or wrong). A header that repeats is refused (403, or
+// 401 for Authorization).
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -21,6 +27,12 @@ struct McpHttpOptions {
     // Loopback by default: the endpoint runs code, so exposing it is the operator's explicit act.
     std::string host = "127.0.0.1";
     std::uint16_t port = 0;  // 0 picks a free port
+    // The bearer token every request must carry. Required: an empty token is refused at
+    // construction, so no configuration serves /mcp unauthenticated.
+    std::string token;
+    // A host that is not loopback (a LAN address, 0.0.0.0) is refused at construction unless this
+    // is set; then a Host header may name any IP literal (never a DNS name other than localhost).
+    bool allow_remote = false;
     // Sessions open at once. An initialize beyond it ends the least recently used idle session
     // (disposing its sandboxes; its client gets 404 and initializes again), or is refused with 503
     // when every session has a request in flight.
@@ -29,8 +41,9 @@ struct McpHttpOptions {
 
 class McpHttpServer {
   public:
-    McpHttpServer(boost::asio::any_io_executor executor, McpServer& server,
-                  McpHttpOptions options = {});
+    // Throws InvalidArgument when options.token is empty, or when options.host is not loopback
+    // and options.allow_remote is not set (nothing is bound then).
+    McpHttpServer(boost::asio::any_io_executor executor, McpServer& server, McpHttpOptions options);
     ~McpHttpServer();
     McpHttpServer(const McpHttpServer&) = delete;
     McpHttpServer& operator=(const McpHttpServer&) = delete;

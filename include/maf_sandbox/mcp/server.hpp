@@ -7,6 +7,7 @@
 // argument can set or change it. Closing a session disposes its sandboxes.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -27,6 +28,9 @@ namespace maf_sandbox::mcp {
 
 inline constexpr std::string_view kLatestProtocolVersion = "2025-06-18";
 
+// The default of McpServerConfig::max_session_sandboxes (`--max-session-sandboxes`).
+inline constexpr std::size_t kDefaultMaxSessionSandboxes = 8;
+
 // Every protocol revision this server speaks, newest first.
 const std::vector<std::string>& supported_protocol_versions();
 
@@ -42,6 +46,9 @@ struct McpServerConfig {
     std::string agent_dir = "mcp";
     // How long closing a session may take (cancelling calls, then disposing).
     Seconds close_timeout{1.5};
+    // How many sandboxes one session may hold at once; a tool call beyond it is refused with a
+    // tool error (isError) and runs nothing. At least 1.
+    std::size_t max_session_sandboxes = kDefaultMaxSessionSandboxes;
 };
 
 // Sends one JSON-RPC message text (a notification) to the session's client, outside any response.

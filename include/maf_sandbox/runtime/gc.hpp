@@ -39,9 +39,10 @@ struct GcReport {
     std::vector<std::string> errors;  // one sentence per failure, for logs
 };
 
-// For every record whose supervisor is dead (or whose pid was reused), runs the cleanup, then
-// removes the sandbox directory and the record. Never throws for one sandbox's failure: it is
-// counted and described in the report.
+// For every record whose supervisor is dead (or whose pid was reused), and every one-shot record
+// whose owner is gone (owner.hpp) even while its supervisor runs, runs the cleanup (which kills
+// what still runs in the sandbox's cgroups), then removes the sandbox directory and the record.
+// Never throws for one sandbox's failure: it is counted and described in the report.
 GcReport reconcile(Registry& registry, const GcOptions& options = {});
 
 }  // namespace maf_sandbox::runtime

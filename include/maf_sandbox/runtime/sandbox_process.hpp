@@ -22,6 +22,7 @@
 #include "maf_sandbox/runtime/egress.hpp"
 #include "maf_sandbox/runtime/exec_protocol.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
+#include "maf_sandbox/runtime/owner.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
 
 namespace maf_sandbox::runtime {
@@ -51,6 +52,10 @@ struct SandboxLaunch {
     // before it reports ready, so the caller's bookkeeping (LocalBackend's record) overlaps PID 1's
     // own set-up. If the launch then fails, launch_sandbox still throws and takes everything back.
     std::function<void(const SandboxHandle&)> on_started;
+    // A one-shot sandbox: disposed within moments of this process's end (SupervisorConfig::owner).
+    // Pooled: no owner yet, watched for one while its record carries this label.
+    std::optional<SandboxOwner> owner;
+    std::string owner_pending_label;
 };
 
 // Everything needed to reach a sandbox again, from any process.

@@ -30,6 +30,7 @@
 #include "maf_sandbox/runtime/cgroup.hpp"
 #include "maf_sandbox/runtime/egress.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
+#include "maf_sandbox/runtime/owner.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -77,6 +78,11 @@ struct SupervisorConfig {
     // (guest_seccomp_program) instead of by every supervisor at start (0.2-0.3 ms of libseccomp
     // here). Required: a config without it is refused, never run unfiltered.
     std::vector<sock_filter> seccomp;
+    // A one-shot sandbox (owner.hpp): the process whose end disposes it, watched from the host
+    // side by the supervisor's owner watch (owner_watch.hpp). A pooled sandbox has no owner yet:
+    // its record carries owner_pending_label until a taker records one there.
+    std::optional<SandboxOwner> owner;
+    std::string owner_pending_label;
 };
 
 boost::json::value to_json(const SupervisorConfig& config);

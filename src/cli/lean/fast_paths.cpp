@@ -103,7 +103,9 @@ std::optional<int> pooled_run(const LeanArgs& args) {
     const SandboxSpec spec(fields);
     const auto labels = sandbox_labels({"cli", random_thread(), args.agent, "run"}, spec);
 
-    const auto taken = local::take_pooled(registry, pool->signature, labels);
+    // This process owns the run's sandbox: killed by any signal, it takes the sandbox with it.
+    const auto taken =
+        local::take_pooled(registry, pool->signature, labels, runtime::current_process_as_owner());
     if (!taken) {
         spawn_full_cli_detached({"pool", "fill"});
         return std::nullopt;

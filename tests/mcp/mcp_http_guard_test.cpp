@@ -1,0 +1,278 @@
+// What the MCP HTTP endpoint admits: the Host and Origin headers read whole and exactly (DNS
+// rebinding tricks refused), the bearer token on every request, no non-loopback bind without an
+// explicit allowance, and a cap on the sandboxes one session may hold. Each refusal follows a
+// benign control that passes on the same server.
+#include <boost/asio/io_context.hpp>
+#include <boost/json/serialize.hpp>
+
+#include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/kinds/sandbox_allowance.hpp"
+#include "mcp_http_fixture.hpp"
+
+namespace maf_sandbox::mcp {
+namespace {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+class McpHttpGuardTest : public McpHttpTest {
+  protected:
+    std::string authorization() const { return "Bearer " + token_; }
+    std::string host() const { return fmt::format("127.0.0.1:{}", port_); }
+
+    int status_with(Headers headers) { return send_with(headers, kInitialize).status; }
+
+    // The headers of an admitted request, with one field replaced (or dropped when the value is
+    // nullopt) and any extra fields appended.
+    Headers admitted_but(const std::string& name, std::optional<std::string> value,
+                         Headers extra = {}) const {
+        Headers headers{{"Host", host()}, {"Authorization", authorization()}};
+        for (auto it = headers.begin(); it != headers.end(); ++it) {
+            if (it->first == name) {
+                headers.erase(it);
+                break;
+            }
+        }
+        if (value) {
+            headers.emplace_back(name, *value);
+        }
+        headers.insert(headers.end(), extra.begin(), extra.end());
+        return headers;
+    }
+};
+
+TEST_F(McpHttpGuardTest, OriginTricksAreRefusedAfterLoopbackOriginsPass) {
+    const auto port = std::to_string(port_);
+    // Controls: no Origin (a non-browser client) and each loopback origin are admitted.
+    EXPECT_EQ(status_with(admitted_but("Origin", std::nullopt)), 200);
+    for (const auto& origin : std::vector<std::string>{
+             "http://127.0.0.1:" + port, "http://localhost:3000", "https://localhost",
+             "http://[::1]:" + port, "http://127.9.8.7"}) {
+        EXPECT_EQ(status_with(admitted_but("Origin", origin)), 200) << origin;
+    }
+    for (const auto& origin : std::vector<std::string>{
+             "http://127.0.0.1.evil.example",
+             "http://127.0.0.1.evil.example:" + port,
+             "http://localhost.evil.example",
+             "http://evil.example",
+             "http://[::1].evil",
+             "http://127.0.0.1@evil.example",
+             "http://evil.example@127.0.0.1",
+             "http://127.0.0.1:80@evil.example",
+             "http://LOCALHOST",
+             "http://Localhost:" + port,
+             "http://localhost.",
+             "http://127.0.0.1.",
+             "http://0x7f.0.0.1",
+             "http://127.1",
+             "http://2130706433",
+             "http://0177.0.0.1",
+             "http://[::ffff:127.0.0.1]",
+             "http://localhost/",
+             "http://localhost:" + port + "/path",
+             "http://localhost:99999",
+             "ftp://localhost",
+             "null",
+             "",
+             "localhost",
+         }) {
+        EXPECT_EQ(status_with(admitted_but("Origin", origin)), 403) << origin;
+    }
+    // Two Origin fields: which would a browser have sent? Refused.
+    EXPECT_EQ(status_with(
+                  admitted_but("Origin", "http://localhost", {{"Origin", "http://evil.example"}})),
+              403);
+    EXPECT_TRUE(backend_->acquired.empty());
+}
+
+TEST_F(McpHttpGuardTest, HostTricksAndAWrongPortAreRefusedAfterLoopbackHostsPass) {
+    const auto port = std::to_string(port_);
+    for (const auto& value : std::vector<std::string>{"127.0.0.1:" + port, "localhost:" + port,
+                                                      "[::1]:" + port, "127.0.0.53:" + port}) {
+        EXPECT_EQ(status_with(admitted_but("Host", value)), 200) << value;
+    }
+    const auto other_port = std::to_string(port_ == 65535 ? 1 : port_ + 1);
+    for (const auto& value : std::vector<std::string>{
+             "127.0.0.1.evil.example:" + port,
+             "localhost.evil.example:" + port,
+             "evil.example:" + port,
+             "[::1].evil:" + port,
+             "127.0.0.1@evil.example:" + port,
+             "LOCALHOST:" + port,
+             "localhost.:" + port,
+             "127.0.0.1.:" + port,
+             "0x7f.0.0.1:" + port,
+             "127.1:" + port,
+             "10.0.0.1:" + port,
+             "::1:" + port,
+             "127.0.0.1:" + other_port,
+             "localhost:" + other_port,
+             "127.0.0.1",
+             "127.0.0.1:" + port + "/",
+             "127.0.0.1:+" + port,
+             "",
+         }) {
+        EXPECT_EQ(status_with(admitted_but("Host", value)), 403) << value;
+    }
+    EXPECT_EQ(status_with(admitted_but("Host", host(), {{"Host", "evil.example:" + port}})), 403);
+    EXPECT_TRUE(backend_->acquired.empty());
+}
+
+TEST_F(McpHttpGuardTest, EveryRequestNeedsTheBearerToken) {
+    // Control: the right token opens a session, and a call in it runs.
+    auto init = send("POST", kInitialize);
+    ASSERT_EQ(init.status, 200) << init.body;
+    const auto session = init.headers.get("Mcp-Session-Id");
+    ASSERT_TRUE(session);
+
+    const auto refused = send_with(admitted_but("Authorization", std::nullopt), kInitialize);
+    EXPECT_EQ(refused.status, 401);
+    const auto challenge = refused.headers.get("WWW-Authenticate");
+    ASSERT_TRUE(challenge);
+    EXPECT_EQ(challenge->rfind("Bearer", 0), 0u) << *challenge;
+
+    for (const auto& value : std::vector<std::string>{
+             "Bearer " + token_.substr(0, token_.size() - 1) + (token_.back() == 'a' ? "b" : "a"),
+             "Bearer " + token_.substr(0, 16),
+             "Bearer " + token_ + "0",
+             "Bearer  " + token_,
+             "Basic " + token_,
+             "Token " + token_,
+             token_,
+             "Bearer",
+             "Bearer ",
+             "",
+         }) {
+        EXPECT_EQ(status_with(admitted_but("Authorization", value)), 401) << value;
+    }
+    EXPECT_EQ(status_with(admitted_but("Authorization", authorization(),
+                                       {{"Authorization", "Bearer wrong"}})),
+              401);
+    // The scheme is case-insensitive (RFC 9110); the token is not.
+    EXPECT_EQ(status_with(admitted_but("Authorization", "bearer " + token_)), 200);
+
+    // Within a session too: a call without the token runs nothing.
+    const std::string call =
+        R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_shell","arguments":{"command":"true"}}})";
+    auto anonymous_call = send_with(
+        admitted_but("Authorization", std::nullopt, {{"Mcp-Session-Id", *session}}), call);
+    EXPECT_EQ(anonymous_call.status, 401);
+    EXPECT_TRUE(backend_->acquired.empty());
+    auto anonymous_delete =
+        send_with(admitted_but("Authorization", std::nullopt, {{"Mcp-Session-Id", *session}}), "");
+    EXPECT_EQ(anonymous_delete.status, 401);
+    EXPECT_EQ(send("POST", call, session).status, 200);
+    EXPECT_EQ(backend_->acquired.size(), 1u);
+}
+
+TEST(McpHttpBindTest, ANonLoopbackBindIsRefusedWithoutAllowRemoteAndNoTokenIsRefusedAlways) {
+    boost::asio::io_context io;
+    auto log = std::make_shared<spdlog::logger>("mcp-bind-test");
+    auto backend = std::make_shared<testing::HostShellBackend>();
+    SandboxRouterOptions router_options;
+    router_options.min_isolation = Isolation::none;
+    router_options.log = log;
+    auto router = std::make_shared<SandboxRouter>(
+        std::vector<std::shared_ptr<SandboxBackend>>{backend}, router_options);
+    McpServer server(McpServerConfig{}, router, nullptr,
+                     std::make_shared<kinds::ShellTool>(router, kinds::ShellConfig{}, log), log);
+
+    McpHttpOptions options;
+    options.token = generate_bearer_token();
+    // Controls: loopback binds start.
+    for (const auto& host : std::vector<std::string>{"127.0.0.1", "::1", "localhost"}) {
+        options.host = host;
+        McpHttpServer http(io.get_executor(), server, options);
+        EXPECT_GT(http.start(), 0) << host;
+    }
+    for (const auto& host :
+         std::vector<std::string>{"0.0.0.0", "::", "10.1.2.3", "example.com", "127.0.0.1.nip.io"}) {
+        options.host = host;
+        EXPECT_THROW(McpHttpServer(io.get_executor(), server, options), InvalidArgument) << host;
+    }
+    // With the explicit allowance a wildcard bind starts (the token still guards it).
+    options.host = "0.0.0.0";
+    options.allow_remote = true;
+    McpHttpServer remote(io.get_executor(), server, options);
+    EXPECT_GT(remote.start(), 0);
+
+    options.host = "127.0.0.1";
+    options.allow_remote = false;
+    options.token.clear();
+    EXPECT_THROW(McpHttpServer(io.get_executor(), server, options), InvalidArgument);
+}
+
+TEST(McpHttpTokenTest, GeneratedTokensAreLongRandomAndDistinct) {
+    const auto a = generate_bearer_token();
+    const auto b = generate_bearer_token();
+    EXPECT_EQ(a.size(), 64u);
+    EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos);
+    EXPECT_NE(a, b);
+    EXPECT_TRUE(bearer_token_matches("Bearer " + a, a));
+    EXPECT_FALSE(bearer_token_matches("Bearer " + b, a));
+    EXPECT_FALSE(bearer_token_matches("Bearer ", ""));
+}
+
+class McpSessionCapTest : public McpHttpTest {
+  protected:
+    McpSessionCapTest() { max_session_sandboxes_ = 3; }
+};
+
+TEST_F(McpSessionCapTest, ASessionHoldsAtMostItsCapOfSandboxesAndAnotherSessionIsUnaffected) {
+    auto init = send("POST", kInitialize);
+    const auto session = init.headers.get("Mcp-Session-Id");
+    ASSERT_TRUE(session);
+    const auto call = [&](const std::string& session_id, int id) {
+        auto reply = send(
+            "POST",
+            fmt::format(
+                R"({{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"run_shell","arguments":{{"command":"echo call-{}"}}}}}})",
+                id, id),
+            session_id);
+        EXPECT_EQ(reply.status, 200) << reply.body;
+        return json::parse(reply.body).at("result").as_object();
+    };
+    // Controls: up to the cap, every call runs (each gets a sandbox of its own, issue 11).
+    for (int i = 1; i <= 3; ++i) {
+        const auto result = call(*session, i);
+        EXPECT_FALSE(result.at("isError").as_bool()) << json::serialize(result);
+        EXPECT_EQ(result.at("structuredContent").at("stdout").as_string(),
+                  fmt::format("call-{}\n", i));
+    }
+    EXPECT_EQ(backend_->acquired.size(), 3u);
+    // Beyond it: a tool error that says why and what to do, and nothing acquired.
+    const auto refused = call(*session, 4);
+    EXPECT_TRUE(refused.at("isError").as_bool());
+    const auto text = std::string(refused.at("content").at(0).at("text").as_string());
+    EXPECT_NE(text.find("already holds 3 sandbox(es)"), std::string::npos) << text;
+    EXPECT_NE(text.find("--max-session-sandboxes"), std::string::npos) << text;
+    EXPECT_EQ(backend_->acquired.size(), 3u);
+
+    // A second session has its own allowance.
+    auto other = send("POST", kInitialize);
+    const auto other_session = other.headers.get("Mcp-Session-Id");
+    ASSERT_TRUE(other_session);
+    EXPECT_FALSE(call(*other_session, 5).at("isError").as_bool());
+    EXPECT_EQ(backend_->acquired.size(), 4u);
+}
+
+TEST(SandboxAllowanceTest, AFailedAcquireAndADisposedSandboxGiveTheirPlaceBack) {
+    auto allowance = std::make_shared<kinds::SandboxAllowance>(2);
+    auto first = allowance->claim();
+    ASSERT_TRUE(first);
+    first->settle();
+    auto second = allowance->claim();
+    ASSERT_TRUE(second);
+    EXPECT_FALSE(allowance->claim()) << "one held plus one acquire in progress fill a cap of 2";
+    second.reset();  // that acquire failed: its place is back
+    auto third = allowance->claim();
+    ASSERT_TRUE(third);
+    third->settle();
+    EXPECT_EQ(allowance->in_use(), 2u);
+    EXPECT_FALSE(allowance->claim());
+    allowance->release();  // a call-scoped sandbox was disposed
+    EXPECT_TRUE(allowance->claim());
+    EXPECT_THROW(kinds::SandboxAllowance(0), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace maf_sandbox::mcp

@@ -1,0 +1,221 @@
+// Nothing outlives its owner (issue 17, item 6): the sandbox of a one-shot `maf-sandbox run` goes
+// within seconds when the front end is killed with SIGKILL (the full CLI, the lean front end that
+// hands over to it, and a run the lean front end serves from the shared pool), and gc reclaims a
+// one-shot sandbox whose owner is gone when no owner watch got to it. Each case first checks the
+// benign state: while the front end runs, its sandbox runs and names it as owner.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <fmt/ranges.h>
+
+#include "maf_sandbox/runtime/gc.hpp"
+#include "maf_sandbox/runtime/owner.hpp"
+#include "security_fixture.hpp"
+
+namespace maf_sandbox::security {
+namespace {
+
+using namespace std::chrono_literals;
+using runtime::Registry;
+using runtime::SandboxRecord;
+
+#ifdef MAF_SANDBOX_CLI
+constexpr const char* kLean = MAF_SANDBOX_CLI;
+
+std::string full_cli() {
+    return (fs::path(kLean).parent_path() / "maf-sandbox-cli").string();
+}
+
+// Runs a CLI command to completion with the test's state directory; returns its exit status.
+int run_to_end(const std::vector<std::string>& args, const fs::path& state) {
+    std::string command = fmt::format("MAF_SANDBOX_STATE_DIR={}", shell_quote(state.string()));
+    for (const auto& arg : args) {
+        command += " " + shell_quote(arg);
+    }
+    command += " >/dev/null 2>&1";
+    return WEXITSTATUS(std::system(command.c_str()));
+}
+
+// Starts `binary run ... -- sleep 600` with the test's state directory; returns its pid.
+pid_t start_run(const std::string& binary, const fs::path& state) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::setenv("MAF_SANDBOX_STATE_DIR", state.c_str(), 1);
+        const int null = ::open("/dev/null", O_RDWR);
+        ::dup2(null, 0);
+        ::dup2(null, 1);
+        ::dup2(null, 2);
+        ::execl(binary.c_str(), binary.c_str(), "run", "--backend", "local", "--floor", "container",
+                "--timeout", "600", "--", "sleep", "600", nullptr);
+        ::_exit(127);
+    }
+    return pid;
+}
+
+// The run's sandbox (kind=run) once its record names a live supervisor, or nullopt by `deadline`.
+std::optional<SandboxRecord> wait_for_run(const fs::path& state, std::chrono::seconds within) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    while (std::chrono::steady_clock::now() < deadline) {
+        for (const auto& record : Registry(state).list()) {
+            if (record.labels.count("kind") && record.labels.at("kind") == "run" &&
+                Registry::is_alive(record) && runtime::recorded_owner(record)) {
+                return record;
+            }
+        }
+        std::this_thread::sleep_for(50ms);
+    }
+    return std::nullopt;
+}
+
+std::vector<fs::path> cgroups_of(const SandboxRecord& record) {
+    std::vector<fs::path> out;
+    for (const auto& path : record.runtime.at("cgroup_paths").as_array()) {
+        out.emplace_back(std::string(path.as_string()));
+    }
+    return out;
+}
+
+// True when the record, its supervisor (the sandbox's PID 1) and its cgroups are all gone.
+bool gone(const fs::path& state, const SandboxRecord& record) {
+    if (Registry(state).get(record.id) || Registry::is_alive(record)) {
+        return false;
+    }
+    std::error_code ec;
+    for (const auto& cgroup : cgroups_of(record)) {
+        if (fs::exists(cgroup, ec)) {
+            return false;
+        }
+    }
+    return !fs::exists(Registry(state).sandbox_dir(record.id), ec);
+}
+
+bool gone_within(const fs::path& state, const SandboxRecord& record, std::chrono::seconds within) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (gone(state, record)) {
+            return true;
+        }
+        std::this_thread::sleep_for(50ms);
+    }
+    return gone(state, record);
+}
+
+void kill_and_reap(pid_t pid) {
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+}
+
+// The benign half, then the kill: the front end's sandbox runs and names the front end as its
+// owner; after SIGKILL of the front end alone, the sandbox is gone within a few seconds.
+void expect_sandbox_dies_with(const std::string& binary, const fs::path& state) {
+    const pid_t front_end = start_run(binary, state);
+    ASSERT_GT(front_end, 0);
+    const auto record = wait_for_run(state, 60s);
+    if (!record) {
+        kill_and_reap(front_end);
+        FAIL() << "the run's sandbox never became live with an owner";
+    }
+    EXPECT_EQ(runtime::recorded_owner(*record)->pid, front_end);
+    std::this_thread::sleep_for(1s);
+    EXPECT_TRUE(Registry::is_alive(*record)) << "the sandbox must live while its owner does";
+    EXPECT_FALSE(gone(state, *record));
+
+    kill_and_reap(front_end);
+    EXPECT_TRUE(gone_within(state, *record, 5s))
+        << "the sandbox (PID 1, cgroups, record) outlived its SIGKILLed front end";
+}
+
+TEST(OneShotOwner, AFullCliRunsSandboxDiesWithItsFrontEnd) {
+    TempDir state("maf-sec-owner");
+    expect_sandbox_dies_with(full_cli(), state.path());
+}
+
+TEST(OneShotOwner, ALeanFrontEndsRunSandboxDiesWithIt) {
+    // No pool: the lean front end hands over to the full CLI by execve, in the same process.
+    TempDir state("maf-sec-owner");
+    expect_sandbox_dies_with(kLean, state.path());
+}
+
+TEST(OneShotOwner, APooledRunsSandboxDiesWithItsFrontEnd) {
+    TempDir state("maf-sec-owner");
+    ASSERT_EQ(run_to_end({kLean, "pool", "set", "--size", "1"}, state.path()), 0);
+    // Control: the pooled sandbox has no owner and outlives the process that built it.
+    const auto pooled = Registry(state.path()).list();
+    ASSERT_EQ(pooled.size(), 1u);
+    EXPECT_FALSE(runtime::recorded_owner(pooled[0]));
+    EXPECT_TRUE(Registry::is_alive(pooled[0]));
+
+    const pid_t front_end = start_run(kLean, state.path());
+    const auto record = wait_for_run(state.path(), 30s);
+    if (!record) {
+        kill_and_reap(front_end);
+        FAIL() << "the pooled run never recorded its owner";
+    }
+    EXPECT_EQ(record->id, pooled[0].id) << "the run was not served from the pool";
+    EXPECT_EQ(runtime::recorded_owner(*record)->pid, front_end);
+    std::this_thread::sleep_for(1s);
+    EXPECT_TRUE(Registry::is_alive(*record));
+
+    kill_and_reap(front_end);
+    EXPECT_TRUE(gone_within(state.path(), *record, 5s))
+        << "the pooled sandbox outlived its SIGKILLed front end";
+    // The pool's own sandboxes (a refill may have started) go with the test.
+    run_to_end({kLean, "pool", "set", "--size", "0"}, state.path());
+    for (const auto& left : Registry(state.path()).list()) {
+        run_to_end({full_cli(), "rm", left.id}, state.path());
+    }
+}
+
+// The owner watch of a sandbox, found by its name and the sandbox's config on its command line.
+std::vector<pid_t> owner_watches_of(const SandboxRecord& record) {
+    std::vector<pid_t> found;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+        const auto name = entry.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) {
+            continue;
+        }
+        if (slurp(entry.path() / "comm") == "maf-sbx-owner\n" &&
+            slurp(entry.path() / "cmdline").find(record.id) != std::string::npos) {
+            found.push_back(std::stoi(name));
+        }
+    }
+    return found;
+}
+
+TEST(OneShotOwner, GcReclaimsAOneShotSandboxWhoseOwnerIsGoneWhenNoWatchGotToIt) {
+    TempDir state("maf-sec-owner");
+    const pid_t front_end = start_run(full_cli(), state.path());
+    const auto record = wait_for_run(state.path(), 60s);
+    if (!record) {
+        kill_and_reap(front_end);
+        FAIL() << "the run's sandbox never became live with an owner";
+    }
+    // Control: while the owner lives, gc leaves the sandbox alone.
+    Registry registry(state.path());
+    auto report = runtime::reconcile(registry);
+    EXPECT_EQ(report.reclaimed, 0) << fmt::format("{}", fmt::join(report.errors, "; "));
+    EXPECT_TRUE(Registry::is_alive(*record));
+
+    // The watch is lost (killed, as a host-wide `kill -9` or an OOM kill might), then the owner.
+    const auto watches = owner_watches_of(*record);
+    ASSERT_EQ(watches.size(), 1u) << "expected one owner watch for the sandbox";
+    ::kill(watches[0], SIGKILL);
+    kill_and_reap(front_end);
+    std::this_thread::sleep_for(2s);
+    ASSERT_TRUE(Registry::is_alive(*record)) << "without its watch the sandbox is still running";
+
+    report = runtime::reconcile(registry);
+    EXPECT_EQ(report.reclaimed, 1) << fmt::format("{}", fmt::join(report.errors, "; "));
+    EXPECT_TRUE(gone_within(state.path(), *record, 5s))
+        << "gc left a one-shot sandbox whose owner is gone";
+}
+#endif
+
+}  // namespace
+}  // namespace maf_sandbox::security
