@@ -157,9 +157,10 @@ void set_times(int fd, archive_entry* entry) {
         return;
     }
     const timespec mtime{archive_entry_mtime(entry), archive_entry_mtime_nsec(entry)};
-    const timespec atime = archive_entry_atime_is_set(entry)
-                               ? timespec{archive_entry_atime(entry), archive_entry_atime_nsec(entry)}
-                               : mtime;
+    const timespec atime =
+        archive_entry_atime_is_set(entry)
+            ? timespec{archive_entry_atime(entry), archive_entry_atime_nsec(entry)}
+            : mtime;
     const timespec times[2] = {atime, mtime};
     ::futimens(fd, times);  // best effort, as tar does
 }
@@ -197,8 +198,8 @@ void place_entry(const GuestFs& guest, archive* reader, archive_entry* entry,
                     break;
                 }
                 if (status < ARCHIVE_WARN) {
-                    throw InvalidArgument(fmt::format("reading it failed: {}",
-                                                      archive_error_string(reader)));
+                    throw InvalidArgument(
+                        fmt::format("reading it failed: {}", archive_error_string(reader)));
                 }
                 for (std::size_t done = 0; done < size;) {
                     const ssize_t wrote =
@@ -208,8 +209,8 @@ void place_entry(const GuestFs& guest, archive* reader, archive_entry* entry,
                         continue;
                     }
                     if (wrote <= 0) {
-                        throw SystemError(errno, fmt::format("writing the image's '{}'",
-                                                             guest_path));
+                        throw SystemError(errno,
+                                          fmt::format("writing the image's '{}'", guest_path));
                     }
                     done += static_cast<std::size_t>(wrote);
                 }
@@ -588,8 +589,9 @@ void build_skeleton(const fs::path& root) {
                            "{0}:x:{1}:{2}:{0}:/maf-sandbox/work:/bin/sh\n"
                            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
                            kHostImageUser, kHostImageUid, kHostImageGid));
-    write_text(tree, "/etc/group", fmt::format("root:x:0:\n{0}:x:{1}:\nnogroup:x:65534:\n",
-                                               kHostImageUser, kHostImageGid));
+    write_text(
+        tree, "/etc/group",
+        fmt::format("root:x:0:\n{0}:x:{1}:\nnogroup:x:65534:\n", kHostImageUser, kHostImageGid));
     write_text(tree, "/etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost\n");
     write_text(tree, "/etc/hostname", "sandbox\n");
     write_text(tree, "/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n");

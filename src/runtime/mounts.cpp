@@ -48,7 +48,8 @@ std::uint64_t inodes_for(std::uint64_t bytes) {
 // move_mount(..., MOVE_MOUNT_T_EMPTY_PATH) attaches onto exactly that inode.
 
 // A new detached file system (tmpfs, overlay) configured with `options`; returns its mount fd.
-UniqueFd new_mount(const char* type, const std::vector<std::pair<std::string, std::string>>& options,
+UniqueFd new_mount(const char* type,
+                   const std::vector<std::pair<std::string, std::string>>& options,
                    unsigned attributes, std::string_view describe) {
     UniqueFd context{::fsopen(type, FSOPEN_CLOEXEC)};
     if (!context) {
@@ -136,7 +137,8 @@ auto on_image_path(std::string_view guest_path, std::string_view what, Step&& st
 
 // Ensures the guest directory `dir` in `tree` (a root whose paths are guest paths): parents owned
 // by the guest's root, the directory itself (when made) by the guest user.
-void make_guest_dir(int tree, std::string_view dir, const GuestOwner& root, const GuestOwner& user) {
+void make_guest_dir(int tree, std::string_view dir, const GuestOwner& root,
+                    const GuestOwner& user) {
     const auto parent = fs::path(dir).parent_path().string();
     on_image_path(dir, "a directory", [&] {
         GuestFs(duplicate(tree), root).mkdirs(parent.empty() ? "/" : parent);
@@ -194,7 +196,8 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
     ::mkdir(layer.c_str(), 0700);
     const auto layer_mount = new_mount("tmpfs", tmpfs_options(plan.disk_bytes, "0755"),
                                        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "the writable layer");
-    if (::move_mount(layer_mount.get(), "", AT_FDCWD, layer.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+    if (::move_mount(layer_mount.get(), "", AT_FDCWD, layer.c_str(), MOVE_MOUNT_F_EMPTY_PATH) !=
+        0) {
         mount_failed(fmt::format("mounting the writable layer on {}", layer.string()));
     }
     fs::path root = layer;
@@ -207,8 +210,8 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
             }
         }
         const auto open_layer = [&](const char* dir) {
-            UniqueFd fd{::openat(layer_mount.get(), dir,
-                                 O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+            UniqueFd fd{
+                ::openat(layer_mount.get(), dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
             if (!fd) {
                 throw SystemError(errno, fmt::format("opening the layer's {}", dir));
             }
@@ -286,12 +289,10 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
         binds.emplace_back(&bind, std::move(point));
         mounted.push_back(bind.target);
     }
-    const auto dev_point = on_image_path("/dev", "a directory", [&] {
-        return tree.mount_point("/dev", true);
-    });
-    const auto tmp_point = on_image_path("/tmp", "a directory", [&] {
-        return tree.mount_point("/tmp", true);
-    });
+    const auto dev_point =
+        on_image_path("/dev", "a directory", [&] { return tree.mount_point("/dev", true); });
+    const auto tmp_point =
+        on_image_path("/tmp", "a directory", [&] { return tree.mount_point("/tmp", true); });
     on_image_path("/proc", "a directory", [&] { tree.mkdirs("/proc"); });
     std::vector<std::string> tmp_dirs;
     for (const auto& given : plan.guest_dirs) {
@@ -300,10 +301,10 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
             dir.pop_back();
         }
         if (dir.empty() || dir.front() != '/' || dir.find("/..") != std::string::npos) {
-            throw InvalidArgument(fmt::format(
-                "the guest directory '{}' is not a plain absolute path; name one like "
-                "/maf-sandbox/work",
-                given));
+            throw InvalidArgument(
+                fmt::format("the guest directory '{}' is not a plain absolute path; name one like "
+                            "/maf-sandbox/work",
+                            given));
         }
         if (beneath(dir, "/tmp")) {
             tmp_dirs.push_back(dir.substr(4).empty() ? "/" : dir.substr(4));
@@ -329,8 +330,8 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
     // Then our own mounts, each onto the descriptor of its mount point.
     for (const auto& [bind, point] : binds) {
         const auto tree_mount = clone_host_tree(bind->source);
-        set_attributes(tree_mount.get(),
-                       MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, bind->target);
+        set_attributes(tree_mount.get(), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                       bind->target);
         attach(tree_mount.get(), point.get(), bind->target);
     }
     build_dev(dev_point.get(), plan, root_owner);

@@ -384,7 +384,7 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     }
     UniqueFd placement_read(placement[0]);
     UniqueFd placement_write(placement[1]);
-    const SupervisorSpawn spawn{exe.c_str(), argv, envp, ready_write.get(),
+    const SupervisorSpawn spawn{exe.c_str(),          argv,           envp, ready_write.get(),
                                 placement_read.get(), config_fd.get()};
     const pid_t child = spawn_supervisor(spawn);
     if (child < 0) {

@@ -1,11 +1,12 @@
 // The resident supervisor of one sandbox: the `maf-sandbox-supervisor` executable.
 //
 // Launched detached by SandboxProcess (own session, already inside the sandbox's cgroups) with
-// argv[0] "maf-sandbox-supervisor" alone, its JSON config on fd kConfigFd and a ready pipe as fd 3. Its host-side half builds the
-// root filesystem in a private mount namespace, binds the exec socket and clones PID 1 of the new
-// user, mount, PID, IPC, UTS, network and cgroup namespaces, then exits. PID 1 pivots into the
-// root, reports "ready" (or "error: ...") on the pipe and serves execs until its idle timeout or
-// absolute lifetime expires, when it exits and the kernel ends every process of the sandbox.
+// argv[0] "maf-sandbox-supervisor" alone, its JSON config on fd kConfigFd and a ready pipe as fd 3.
+// Its host-side half builds the root filesystem in a private mount namespace, binds the exec socket
+// and clones PID 1 of the new user, mount, PID, IPC, UTS, network and cgroup namespaces, then
+// exits. PID 1 pivots into the root, reports "ready" (or "error: ...") on the pipe and serves execs
+// until its idle timeout or absolute lifetime expires, when it exits and the kernel ends every
+// process of the sandbox.
 //
 // Egress (SupervisorConfig::egress): `closed` leaves the network namespace with loopback only.
 // `allowlist` forks the egress proxy from the host-side half before anything else, so it stays in
