@@ -55,6 +55,10 @@ UniqueFd new_mount(const char* type,
     if (!context) {
         mount_failed(fmt::format("opening a {} file system for {}", type, describe));
     }
+    // The source shows in mountinfo (and df); as mount(8) would name these file systems.
+    if (::fsconfig(context.get(), FSCONFIG_SET_STRING, "source", type, 0) != 0) {
+        mount_failed(fmt::format("naming the {} of {}", type, describe));
+    }
     for (const auto& [key, value] : options) {
         if (::fsconfig(context.get(), FSCONFIG_SET_STRING, key.c_str(), value.c_str(), 0) != 0) {
             mount_failed(fmt::format("setting {}={} on the {} of {}", key, value, type, describe));
