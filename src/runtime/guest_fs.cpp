@@ -438,7 +438,7 @@ void GuestFs::write(std::string_view guest_path, std::string_view content,
     const auto& name = parts.back();
     struct stat st {};
     if (::fstatat(parent.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-        if (S_ISLNK(st.st_mode)) {
+        if (S_ISLNK(st.st_mode) && !options.replace_link) {
             throw ConfinementEscape(
                 fmt::format("'{}' is a link; writing through a link is refused, "
                             "remove it or name the real path",
@@ -477,8 +477,164 @@ void GuestFs::write(std::string_view guest_path, std::string_view content,
 }
 
 void GuestFs::mkdirs(std::string_view guest_path) const {
+    make_directory(guest_path);
+}
+
+UniqueFd GuestFs::make_directory(std::string_view guest_path) const {
     const auto parts = components_of(guest_path);
-    make_dirs(root_.get(), parts, parts.size(), owner_);
+    return make_dirs(root_.get(), parts, parts.size(), owner_);
+}
+
+UniqueFd GuestFs::mount_point(std::string_view guest_path, bool directory) const {
+    const auto parts = components_of(guest_path);
+    const std::string path = guest(parts, parts.size());
+    if (directory || parts.empty()) {
+        return make_dirs(root_.get(), parts, parts.size(), owner_);
+    }
+    const auto parent = make_dirs(root_.get(), parts, parts.size() - 1, owner_);
+    const auto& name = parts.back();
+    // O_EXCL | O_NOFOLLOW: a name that appeared meanwhile (a link included) fails the create
+    // and is then inspected below, never opened through.
+    if (UniqueFd made{::openat(parent.get(), name.c_str(),
+                               O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)}) {
+        if (::fchown(made.get(), owner_.uid, owner_.gid) != 0 || ::fchmod(made.get(), 0644) != 0) {
+            throw_for(errno, path, "giving a mount point to its owner");
+        }
+    } else if (errno != EEXIST) {
+        throw_for(errno, path, "creating a mount point");
+    }
+    const int raw = open_in_root(parent.get(), name, O_PATH | O_NOFOLLOW);
+    if (raw < 0) {
+        throw_for(-raw, path, "opening a mount point");
+    }
+    UniqueFd handle{raw};
+    struct stat st {};
+    if (::fstat(handle.get(), &st) != 0) {
+        throw_for(errno, path, "opening a mount point");
+    }
+    if (S_ISLNK(st.st_mode)) {
+        throw ConfinementEscape(fmt::format(
+            "'{}' is a link where a file is needed; links are never followed, remove it", path));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        throw_for(EISDIR, path, "opening a file mount point");
+    }
+    if (!S_ISREG(st.st_mode)) {
+        throw FileError(
+            fmt::format("'{}' is a FIFO, socket or device where a regular file is needed", path),
+            EINVAL);
+    }
+    return handle;
+}
+
+namespace {
+
+// Removes whatever is at `name` in `parent` (never following it; a directory with everything in
+// it), unless it is a directory and `keep_directory`. Returns true when a directory was kept.
+bool clear_name(int parent, const std::string& name, bool keep_directory, const std::string& path) {
+    struct stat st {};
+    if (::fstatat(parent, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) {
+            return false;
+        }
+        throw_for(errno, path, "replacing");
+    }
+    if (S_ISDIR(st.st_mode)) {
+        if (keep_directory) {
+            return true;
+        }
+        try {
+            detail::remove_tree_at(parent, name, false, fmt::format("'{}'", path));
+        } catch (const SystemError& e) {
+            throw_for(e.error_number(), path, "replacing a directory");
+        }
+        return false;
+    }
+    if (::unlinkat(parent, name.c_str(), 0) != 0 && errno != ENOENT) {
+        throw_for(errno, path, "replacing");
+    }
+    return false;
+}
+
+}  // namespace
+
+void GuestFs::symlink(std::string_view guest_path, const std::string& target, bool replace) const {
+    const auto parts = components_of(guest_path);
+    const std::string path = guest(parts, parts.size());
+    if (parts.empty()) {
+        throw InvalidArgument("cannot make the sandbox root '/' a link");
+    }
+    const auto parent = make_dirs(root_.get(), parts, parts.size() - 1, owner_);
+    if (replace) {
+        clear_name(parent.get(), parts.back(), false, path);
+    }
+    if (::symlinkat(target.c_str(), parent.get(), parts.back().c_str()) != 0 && errno != EEXIST) {
+        throw_for(errno, path, "creating a link");
+    }
+    if (replace) {
+        // The link itself, through a descriptor of it (AT_EMPTY_PATH on O_PATH | O_NOFOLLOW).
+        const int raw = open_in_root(parent.get(), parts.back(), O_PATH | O_NOFOLLOW);
+        if (raw < 0) {
+            throw_for(-raw, path, "opening a new link");
+        }
+        UniqueFd link{raw};
+        if (::fchownat(link.get(), "", owner_.uid, owner_.gid, AT_EMPTY_PATH) != 0) {
+            throw_for(errno, path, "giving a link to its owner");
+        }
+    }
+}
+
+UniqueFd GuestFs::create_file(std::string_view guest_path, mode_t mode) const {
+    const auto parts = components_of(guest_path);
+    const std::string path = guest(parts, parts.size());
+    if (parts.empty()) {
+        throw InvalidArgument("cannot replace the sandbox root '/' with a file");
+    }
+    const auto parent = make_dirs(root_.get(), parts, parts.size() - 1, owner_);
+    clear_name(parent.get(), parts.back(), false, path);
+    UniqueFd file{::openat(parent.get(), parts.back().c_str(),
+                           O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)};
+    if (!file) {
+        throw_for(errno, path, "creating a file");
+    }
+    if (::fchown(file.get(), owner_.uid, owner_.gid) != 0 || ::fchmod(file.get(), mode) != 0) {
+        throw_for(errno, path, "giving a new file to its owner");
+    }
+    return file;
+}
+
+UniqueFd GuestFs::replace_with_directory(std::string_view guest_path) const {
+    const auto parts = components_of(guest_path);
+    if (parts.empty()) {
+        return make_dirs(root_.get(), parts, 0, owner_);
+    }
+    const auto parent = make_dirs(root_.get(), parts, parts.size() - 1, owner_);
+    clear_name(parent.get(), parts.back(), true, guest(parts, parts.size()));
+    return make_dirs(root_.get(), parts, parts.size(), owner_);
+}
+
+void GuestFs::hard_link(std::string_view guest_path, std::string_view existing) const {
+    const auto parts = components_of(guest_path);
+    const auto from = components_of(existing);
+    const std::string path = guest(parts, parts.size());
+    if (parts.empty() || from.empty()) {
+        throw InvalidArgument(
+            fmt::format("a hard link between '{}' and '{}' names the root", path, existing));
+    }
+    const auto from_parent = open_dir(root_.get(), from, from.size() - 1, O_PATH, "hard linking");
+    if (!from_parent) {
+        throw_for(ENOENT, guest(from, from.size()), "hard linking");
+    }
+    const auto parent = make_dirs(root_.get(), parts, parts.size() - 1, owner_);
+    if (parts == from) {
+        return;  // a link to itself: already there
+    }
+    clear_name(parent.get(), parts.back(), false, path);
+    // Flags 0: a final link is linked itself, never followed.
+    if (::linkat(from_parent.get(), from.back().c_str(), parent.get(), parts.back().c_str(), 0) !=
+        0) {
+        throw_for(errno, path, "creating a hard link");
+    }
 }
 
 void GuestFs::remove(std::string_view guest_path, bool recursive) const {

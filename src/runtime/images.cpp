@@ -63,14 +63,6 @@ struct ReadArchive {
     ~ReadArchive() { archive_read_free(handle); }
 };
 
-struct WriteDisk {
-    archive* handle = archive_write_disk_new();
-    WriteDisk() = default;
-    WriteDisk(const WriteDisk&) = delete;
-    WriteDisk& operator=(const WriteDisk&) = delete;
-    ~WriteDisk() { archive_write_free(handle); }
-};
-
 std::unique_ptr<ReadArchive> open_archive(const fs::path& path) {
     auto reader = std::make_unique<ReadArchive>();
     archive_read_support_filter_all(reader->handle);
@@ -148,6 +140,95 @@ std::string dir_name(const std::string& path) {
     return slash == std::string::npos ? std::string{} : path.substr(0, slash);
 }
 
+// Owner, mode and times of a new object, through its descriptor only. chown first: it clears
+// set-id bits, and the mode applied afterwards is exactly the archive's.
+void set_metadata(int fd, archive_entry* entry, bool set_mode) {
+    if (::fchown(fd, static_cast<uid_t>(archive_entry_uid(entry)),
+                 static_cast<gid_t>(archive_entry_gid(entry))) != 0) {
+        throw SystemError(errno, "setting an image file's owner");
+    }
+    if (set_mode && ::fchmod(fd, archive_entry_perm(entry) & 07777) != 0) {
+        throw SystemError(errno, "setting an image file's mode");
+    }
+}
+
+void set_times(int fd, archive_entry* entry) {
+    if (!archive_entry_mtime_is_set(entry)) {
+        return;
+    }
+    const timespec mtime{archive_entry_mtime(entry), archive_entry_mtime_nsec(entry)};
+    const timespec atime =
+        archive_entry_atime_is_set(entry)
+            ? timespec{archive_entry_atime(entry), archive_entry_atime_nsec(entry)}
+            : mtime;
+    const timespec times[2] = {atime, mtime};
+    ::futimens(fd, times);  // best effort, as tar does
+}
+
+// Creates one archive entry at `guest_path` in the rootfs (see apply_layer).
+void place_entry(const GuestFs& guest, archive* reader, archive_entry* entry,
+                 const std::string& guest_path, const fs::path& layer) {
+    if (const char* hardlink = archive_entry_hardlink(entry); hardlink != nullptr) {
+        const auto target = clean_member(hardlink, layer);
+        if (target.empty()) {
+            throw InvalidArgument("the hard link names the image root");
+        }
+        guest.hard_link(guest_path, "/" + target);
+        return;
+    }
+    switch (archive_entry_filetype(entry)) {
+        case AE_IFDIR: {
+            const auto dir = guest.replace_with_directory(guest_path);
+            set_metadata(dir.get(), entry, true);
+            return;
+        }
+        case AE_IFLNK: {
+            const char* target = archive_entry_symlink(entry);
+            guest.symlink(guest_path, target == nullptr ? "" : target, true);
+            return;
+        }
+        case AE_IFREG: {
+            const auto file = guest.create_file(guest_path, 0600);
+            const void* block = nullptr;
+            size_t size = 0;
+            la_int64_t offset = 0;
+            for (;;) {
+                const int status = archive_read_data_block(reader, &block, &size, &offset);
+                if (status == ARCHIVE_EOF) {
+                    break;
+                }
+                if (status < ARCHIVE_WARN) {
+                    throw InvalidArgument(
+                        fmt::format("reading it failed: {}", archive_error_string(reader)));
+                }
+                for (std::size_t done = 0; done < size;) {
+                    const ssize_t wrote =
+                        ::pwrite(file.get(), static_cast<const char*>(block) + done, size - done,
+                                 offset + static_cast<off_t>(done));
+                    if (wrote < 0 && errno == EINTR) {
+                        continue;
+                    }
+                    if (wrote <= 0) {
+                        throw SystemError(errno,
+                                          fmt::format("writing the image's '{}'", guest_path));
+                    }
+                    done += static_cast<std::size_t>(wrote);
+                }
+            }
+            // A sparse tail (holes at the end) still counts toward the size.
+            if (archive_entry_size_is_set(entry) &&
+                ::ftruncate(file.get(), static_cast<off_t>(archive_entry_size(entry))) != 0) {
+                throw SystemError(errno, fmt::format("sizing the image's '{}'", guest_path));
+            }
+            set_metadata(file.get(), entry, true);
+            set_times(file.get(), entry);
+            return;
+        }
+        default:
+            return;  // device nodes, FIFOs and sockets never enter an image
+    }
+}
+
 // Applies one layer onto `rootfs`: first its whiteouts (which hide what lower layers put there,
 // never what this layer adds), then its entries.
 void apply_layer(const fs::path& layer, const fs::path& rootfs, bool honour_whiteouts) {
@@ -183,62 +264,36 @@ void apply_layer(const fs::path& layer, const fs::path& rootfs, bool honour_whit
         });
     }
 
+    // Every entry is placed through GuestFs, fd-relative from the rootfs descriptor: parents are
+    // resolved with openat2(RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) and
+    // made one component at a time, the final name is replaced (never written through), and
+    // owner, mode and times are set on the new object's own descriptor. So no entry can write
+    // through a link an earlier entry or layer planted: that is refused as a link among the
+    // parents (ConfinementEscape), whatever libarchive's by-name checks would have said.
     auto reader = open_archive(layer);
-    WriteDisk writer;
-    // Numeric ids only: the image's users are the image's, never this machine's by name.
-    archive_write_disk_set_options(
-        writer.handle, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
-                           ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT);
-    const std::string prefix = rootfs.string() + "/";
+    const auto refuse = [&](const std::string& raw, const Error& e) {
+        return InvalidArgument(fmt::format(
+            "layer '{}': entry '{}' refused: {}; the archive tries to write outside the image or "
+            "through a link",
+            layer.filename().string(), raw, e.what()));
+    };
     for_each_entry(reader->handle, layer, [&](archive_entry* entry) {
         const std::string raw = archive_entry_pathname(entry);
         const auto path = clean_member(raw, layer);
         if (path.empty() || (honour_whiteouts && base_name(path).starts_with(kWhiteoutPrefix))) {
             return;
         }
-        const auto type = archive_entry_filetype(entry);
-        if (type == AE_IFCHR || type == AE_IFBLK) {
-            return;  // device nodes never enter an image
-        }
-        if (const char* hardlink = archive_entry_hardlink(entry); hardlink != nullptr) {
-            const auto target = clean_member(hardlink, layer);
-            if (target.empty()) {
-                throw InvalidArgument(fmt::format("layer '{}': hard link '{}' names the image root",
-                                                  layer.filename().string(), raw));
-            }
-            archive_entry_set_hardlink(entry, (prefix + target).c_str());
-        }
-        archive_entry_set_pathname(entry, (prefix + path).c_str());
-        if (archive_write_header(writer.handle, entry) < ARCHIVE_WARN) {
-            throw InvalidArgument(fmt::format(
-                "layer '{}': entry '{}' refused: {}; the archive tries to write outside the image "
-                "or through a link",
-                layer.filename().string(), raw, archive_error_string(writer.handle)));
-        }
-        if (archive_entry_size(entry) > 0) {
-            const void* block = nullptr;
-            size_t size = 0;
-            la_int64_t offset = 0;
-            for (;;) {
-                const int status = archive_read_data_block(reader->handle, &block, &size, &offset);
-                if (status == ARCHIVE_EOF) {
-                    break;
-                }
-                if (status < ARCHIVE_WARN ||
-                    archive_write_data_block(writer.handle, block, size, offset) < ARCHIVE_WARN) {
-                    throw InvalidArgument(fmt::format("layer '{}': extracting '{}' failed: {}",
-                                                      layer.filename().string(), raw,
-                                                      archive_error_string(writer.handle)));
-                }
-            }
-        }
-        if (archive_write_finish_entry(writer.handle) < ARCHIVE_WARN) {
-            throw InvalidArgument(fmt::format("layer '{}': finishing '{}' failed: {}",
-                                              layer.filename().string(), raw,
-                                              archive_error_string(writer.handle)));
+        const auto guest_path = "/" + path;
+        try {
+            place_entry(guest, reader->handle, entry, guest_path, layer);
+        } catch (const SystemError&) {
+            throw;
+        } catch (const InvalidArgument& e) {
+            throw refuse(raw, e);
+        } catch (const FileError& e) {
+            throw refuse(raw, e);
         }
     });
-    archive_write_close(writer.handle);
 }
 
 // --- image archives (docker save, OCI layout) ---------------------------------------------------
@@ -246,19 +301,16 @@ void apply_layer(const fs::path& layer, const fs::path& rootfs, bool honour_whit
 // Extracts the outer archive's regular files into `dir` (names validated, links ignored).
 void extract_outer(const fs::path& archive_path, const fs::path& dir) {
     auto reader = open_archive(archive_path);
+    const auto staged_tree = GuestFs::open(dir, GuestOwner{0, 0});
     for_each_entry(reader->handle, archive_path, [&](archive_entry* entry) {
         const auto path = clean_member(archive_entry_pathname(entry), archive_path);
         if (path.empty() || archive_entry_filetype(entry) != AE_IFREG ||
             archive_entry_hardlink(entry) != nullptr) {
             return;
         }
-        const auto target = dir / path;
-        fs::create_directories(target.parent_path());
-        UniqueFd fd{
-            ::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)};
-        if (!fd) {
-            throw SystemError(errno, fmt::format("staging '{}' from the archive", path));
-        }
+        // A tree we build ourselves, but through the same confined layer: a name can never be
+        // written through a link (the outer archive's links are not extracted at all).
+        const auto fd = staged_tree.create_file("/" + path, 0600);
         const void* block = nullptr;
         size_t size = 0;
         la_int64_t offset = 0;
@@ -475,29 +527,35 @@ std::uint64_t now_unix() {
 
 // --- the host skeleton -------------------------------------------------------------------------
 
-void write_text(const fs::path& path, std::string_view text, mode_t mode = 0644) {
-    UniqueFd fd{::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode)};
-    if (!fd || detail::write_all(fd.get(), text) != 0 || ::fchmod(fd.get(), mode) != 0) {
-        throw SystemError(errno, fmt::format("writing '{}'", path.string()));
-    }
+// The skeleton is a tree we build ourselves in a fresh staging directory; it is still made
+// through GuestFs, fd-relative from its root, like every tree the runtime writes.
+void write_text(const GuestFs& tree, const std::string& path, std::string_view text,
+                mode_t mode = 0644) {
+    GuestWriteOptions options;
+    options.mode = mode;
+    tree.write(path, text, options);
 }
 
-void make_dir_mode(const fs::path& path, mode_t mode) {
-    if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
-        throw SystemError(errno, fmt::format("creating '{}'", path.string()));
+void make_dir_mode(const GuestFs& tree, const std::string& path, mode_t mode) {
+    const auto dir = tree.make_directory(path);
+    if (::fchmod(dir.get(), mode) != 0) {
+        throw SystemError(errno, fmt::format("setting the mode of the skeleton's '{}'", path));
     }
-    ::chmod(path.c_str(), mode);
 }
 
 void build_skeleton(const fs::path& root) {
-    make_dir_mode(root, 0755);
+    if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) {
+        throw SystemError(errno, fmt::format("creating '{}'", root.string()));
+    }
+    const auto tree = GuestFs::open(root, GuestOwner{0, 0});
+    make_dir_mode(tree, "/", 0755);
     for (const char* dir :
          {"usr", "proc", "dev", "etc", "home", "run", "var", "mnt", "sys", "maf-sandbox"}) {
-        make_dir_mode(root / dir, 0755);
+        make_dir_mode(tree, fmt::format("/{}", dir), 0755);
     }
-    make_dir_mode(root / "tmp", 01777);
-    make_dir_mode(root / "var/tmp", 01777);
-    make_dir_mode(root / "root", 0700);
+    make_dir_mode(tree, "/tmp", 01777);
+    make_dir_mode(tree, "/var/tmp", 01777);
+    make_dir_mode(tree, "/root", 0700);
     for (const char* dir : kHostLibDirs) {
         const auto host = fs::path("/") / dir;
         struct stat st {};
@@ -508,10 +566,10 @@ void build_skeleton(const fs::path& root) {
             std::error_code error;
             const auto target = fs::read_symlink(host, error);
             if (!error) {
-                fs::create_symlink(target, root / dir);
+                tree.symlink(fmt::format("/{}", dir), target.string());
             }
         } else if (S_ISDIR(st.st_mode)) {
-            make_dir_mode(root / dir, 0755);
+            make_dir_mode(tree, fmt::format("/{}", dir), 0755);
         }
     }
     for (const char* entry : kHostEtcBinds) {
@@ -521,23 +579,43 @@ void build_skeleton(const fs::path& root) {
             continue;
         }
         if (S_ISDIR(st.st_mode)) {
-            make_dir_mode(root / entry, 0755);
+            make_dir_mode(tree, fmt::format("/{}", entry), 0755);
         } else {
-            write_text(root / entry, "");
+            write_text(tree, fmt::format("/{}", entry), "");
         }
     }
-    write_text(root / "etc/passwd",
+    write_text(tree, "/etc/passwd",
                fmt::format("root:x:0:0:root:/root:/bin/sh\n"
                            "{0}:x:{1}:{2}:{0}:/maf-sandbox/work:/bin/sh\n"
                            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
                            kHostImageUser, kHostImageUid, kHostImageGid));
-    write_text(root / "etc/group", fmt::format("root:x:0:\n{0}:x:{1}:\nnogroup:x:65534:\n",
-                                               kHostImageUser, kHostImageGid));
-    write_text(root / "etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost\n");
-    write_text(root / "etc/hostname", "sandbox\n");
-    write_text(root / "etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n");
-    write_text(root / "etc/resolv.conf", "");  // no network by default: nothing to resolve with
-    write_text(root.parent_path() / "skeleton-version", kSkeletonVersion);
+    write_text(
+        tree, "/etc/group",
+        fmt::format("root:x:0:\n{0}:x:{1}:\nnogroup:x:65534:\n", kHostImageUser, kHostImageGid));
+    write_text(tree, "/etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost\n");
+    write_text(tree, "/etc/hostname", "sandbox\n");
+    write_text(tree, "/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n");
+    write_text(tree, "/etc/resolv.conf", "");  // no network by default: nothing to resolve with
+    detail::write_file_durably(root.parent_path() / "skeleton-version", kSkeletonVersion, 0644,
+                               false);
+}
+
+// A directory of the image store we just made, opened without following a link, so its mode is
+// changed through the descriptor.
+struct OwnDir {
+    UniqueFd fd;
+    void chmod(mode_t mode) const {
+        if (::fchmod(fd.get(), mode) != 0) {
+            throw SystemError(errno, "setting the mode of a staging directory");
+        }
+    }
+};
+OwnDir open_own_dir(const fs::path& path) {
+    UniqueFd fd{::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+    if (!fd) {
+        throw SystemError(errno, fmt::format("opening '{}'", path.string()));
+    }
+    return OwnDir{std::move(fd)};
 }
 
 // Holds an exclusive flock on a file for the scope.
@@ -733,7 +811,7 @@ ImageInfo ImageStore::import(const fs::path& archive_path, std::string_view ref_
     }
     detail::write_file_durably(staging.path() / kMetadataFile, json::serialize(info_to_json(info)),
                                0644);
-    ::chmod(staging.path().c_str(), 0755);
+    open_own_dir(staging.path()).chmod(0755);
 
     const auto name_dir = final_dir.parent_path();
     if (::mkdir(name_dir.c_str(), 0755) != 0 && errno != EEXIST) {
@@ -829,7 +907,7 @@ MountPlan ImageStore::resolve_host() const {
         if (!current()) {  // another process may have built it while we waited
             const auto building = host_dir / (".build-" + detail::random_hex(8));
             StagingDir guard{building};
-            ::chmod(building.c_str(), 0755);
+            open_own_dir(building).chmod(0755);
             build_skeleton(building / "rootfs");
             if (fs::exists(rootfs)) {
                 detail::remove_host_tree(rootfs, true);

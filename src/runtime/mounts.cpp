@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/guest_fs.hpp"
 #include "maf_sandbox/runtime/images.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
@@ -27,16 +28,6 @@ namespace {
 
 constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom", "tty"};
 
-void do_mount(const char* source, const fs::path& target, const char* type, unsigned long flags,
-              const std::string& data = {}) {
-    if (::mount(source, target.c_str(), type, flags, data.empty() ? nullptr : data.c_str()) != 0) {
-        throw SystemError(errno,
-                          fmt::format("mount {} `{}` on {}", type ? type : "bind",
-                                      source ? source : "", target.string()),
-                          "run as root on a kernel with overlayfs and tmpfs");
-    }
-}
-
 // A tmpfs's inode count is not bounded by its size (an empty file takes no page), and every inode
 // is kernel memory charged to the sandbox: without a count, creating empty files until the memory
 // limit starves the sandbox's own supervisor. One inode per 8 KiB of size (at least 4096) leaves
@@ -45,103 +36,145 @@ std::uint64_t inodes_for(std::uint64_t bytes) {
     return std::max<std::uint64_t>(bytes / 8192, 4096);
 }
 
-std::string tmpfs_options(std::uint64_t bytes, const char* mode) {
-    return fmt::format("size={},nr_inodes={},mode={}", bytes, inodes_for(bytes), mode);
+[[noreturn]] void mount_failed(std::string_view doing) {
+    throw SystemError(errno, std::string(doing),
+                      "run as root on a kernel with overlayfs, tmpfs and the new mount API (5.2+)");
 }
 
-fs::path under(const fs::path& root, std::string_view guest_path) {
-    return root / fs::path(guest_path).relative_path();
-}
+// --- the new mount API: every mount is made detached and attached onto a descriptor -------------
+//
+// A mount placed by name would follow whatever link an image planted at the mount point. Here a
+// mount point is only ever an O_PATH descriptor GuestFs opened without following anything, and
+// move_mount(..., MOVE_MOUNT_T_EMPTY_PATH) attaches onto exactly that inode.
 
-// mkdir -p below `root`, new directories owned by (uid, gid).
-void make_dirs(const fs::path& root, const fs::path& path, uid_t uid, gid_t gid,
-               mode_t mode = 0755) {
-    fs::path current = root;
-    for (const auto& part : path.lexically_relative(root)) {
-        current /= part;
-        if (::mkdir(current.c_str(), mode) == 0) {
-            if (::chown(current.c_str(), uid, gid) != 0) {
-                throw SystemError(errno, fmt::format("chown {}", current.string()));
-            }
-        } else if (errno != EEXIST) {
-            throw SystemError(errno,
-                              fmt::format("creating {} in the sandbox root", current.string()));
+// A new detached file system (tmpfs, overlay) configured with `options`; returns its mount fd.
+UniqueFd new_mount(const char* type,
+                   const std::vector<std::pair<std::string, std::string>>& options,
+                   unsigned attributes, std::string_view describe) {
+    UniqueFd context{::fsopen(type, FSOPEN_CLOEXEC)};
+    if (!context) {
+        mount_failed(fmt::format("opening a {} file system for {}", type, describe));
+    }
+    // The source shows in mountinfo (and df); as mount(8) would name these file systems.
+    if (::fsconfig(context.get(), FSCONFIG_SET_STRING, "source", type, 0) != 0) {
+        mount_failed(fmt::format("naming the {} of {}", type, describe));
+    }
+    for (const auto& [key, value] : options) {
+        if (::fsconfig(context.get(), FSCONFIG_SET_STRING, key.c_str(), value.c_str(), 0) != 0) {
+            mount_failed(fmt::format("setting {}={} on the {} of {}", key, value, type, describe));
         }
     }
+    if (::fsconfig(context.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+        mount_failed(fmt::format("creating the {} of {}", type, describe));
+    }
+    UniqueFd mount{::fsmount(context.get(), FSMOUNT_CLOEXEC, attributes)};
+    if (!mount) {
+        mount_failed(fmt::format("mounting the {} of {}", type, describe));
+    }
+    return mount;
 }
 
-void make_file(const fs::path& path, mode_t mode) {
-    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode));
-    if (!fd) {
-        throw SystemError(errno, fmt::format("creating mount point {}", path.string()));
-    }
+std::vector<std::pair<std::string, std::string>> tmpfs_options(std::uint64_t bytes,
+                                                               const char* mode) {
+    return {{"size", std::to_string(bytes)},
+            {"nr_inodes", std::to_string(inodes_for(bytes))},
+            {"mode", mode}};
 }
 
-void bind_read_only(const fs::path& source, const fs::path& target) {
-    do_mount(source.c_str(), target, nullptr, MS_BIND);
-    do_mount(nullptr, target, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV);
+// A detached copy of the host mount at `source` (a trusted host path), like a non-recursive bind.
+UniqueFd clone_host_tree(const fs::path& source) {
+    UniqueFd tree{::open_tree(AT_FDCWD, source.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)};
+    if (!tree) {
+        mount_failed(fmt::format("binding the host's {}", source.string()));
+    }
+    return tree;
 }
 
-void add_bind(const fs::path& root, const BindMount& bind, uid_t uid, gid_t gid) {
-    struct stat info {};
-    if (::lstat(bind.source.c_str(), &info) != 0) {
-        return;  // an optional host path (e.g. /lib64 on some hosts) is simply absent
-    }
-    const fs::path target = under(root, bind.target);
-    make_dirs(root, target.parent_path(), uid, gid);
-    if (S_ISLNK(info.st_mode)) {
-        std::error_code ec;
-        const auto link = fs::read_symlink(bind.source, ec);
-        if (!ec && ::symlink(link.c_str(), target.c_str()) != 0 && errno != EEXIST) {
-            throw SystemError(errno, fmt::format("recreating the link {}", bind.target));
-        }
-        return;
-    }
-    if (S_ISDIR(info.st_mode)) {
-        make_dirs(root, target, uid, gid);
-    } else {
-        make_file(target, 0644);
-    }
-    bind_read_only(bind.source, target);
-}
-
-void write_generated(const fs::path& root, const GeneratedFile& file, uid_t uid, gid_t gid) {
-    const fs::path target = under(root, file.target);
-    make_dirs(root, target.parent_path(), uid, gid);
-    UniqueFd fd(
-        ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, file.mode));
-    if (!fd || ::write(fd.get(), file.content.data(), file.content.size()) !=
-                   static_cast<ssize_t>(file.content.size())) {
-        throw SystemError(errno, fmt::format("writing {} in the sandbox root", file.target));
-    }
-    if (::fchown(fd.get(), uid, gid) != 0 || ::fchmod(fd.get(), file.mode) != 0) {
-        throw SystemError(errno, fmt::format("setting the owner of {}", file.target));
+void set_attributes(int mount, std::uint64_t attributes, std::string_view describe) {
+    struct mount_attr attr {};
+    attr.attr_set = attributes;
+    if (::mount_setattr(mount, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) {
+        mount_failed(fmt::format("making {} read-only", describe));
     }
 }
 
-void build_dev(const fs::path& root, const RootPlan& plan) {
-    const fs::path dev = root / "dev";
-    make_dirs(root, dev, plan.root_uid, plan.root_gid);
-    do_mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755");
+void attach(int mount, int target, std::string_view describe) {
+    if (::move_mount(mount, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) !=
+        0) {
+        mount_failed(fmt::format("mounting {} in the sandbox's root", describe));
+    }
+}
+
+UniqueFd duplicate(int fd) {
+    UniqueFd copy{::fcntl(fd, F_DUPFD_CLOEXEC, 0)};
+    if (!copy) {
+        throw SystemError(errno, "duplicating a descriptor of the sandbox's root");
+    }
+    return copy;
+}
+
+std::string fd_path(int fd) {
+    return fmt::format("/proc/self/fd/{}", fd);
+}
+
+bool beneath(std::string_view path, std::string_view dir) {
+    return path == dir || (path.starts_with(dir) && path.size() > dir.size() &&
+                           (dir == "/" || path[dir.size()] == '/'));
+}
+
+// Runs one step of building the root on a path the image controls. The image's content is the
+// caller's input: a link (or a non-directory) where the runtime needs a directory or a file is
+// refused as InvalidArgument naming the path, never followed.
+template <typename Step>
+auto on_image_path(std::string_view guest_path, std::string_view what, Step&& step) {
+    try {
+        return step();
+    } catch (const SystemError&) {
+        throw;
+    } catch (const Error& e) {
+        throw InvalidArgument(fmt::format(
+            "the image's '{}' cannot hold {} ({}); the runtime never follows a link (or uses a "
+            "non-directory) there while it builds a sandbox's root: fix the image",
+            guest_path, what, e.what()));
+    }
+}
+
+// Ensures the guest directory `dir` in `tree` (a root whose paths are guest paths): parents owned
+// by the guest's root, the directory itself (when made) by the guest user.
+void make_guest_dir(int tree, std::string_view dir, const GuestOwner& root,
+                    const GuestOwner& user) {
+    const auto parent = fs::path(dir).parent_path().string();
+    on_image_path(dir, "a directory", [&] {
+        GuestFs(duplicate(tree), root).mkdirs(parent.empty() ? "/" : parent);
+        GuestFs(duplicate(tree), user).mkdirs(dir);
+    });
+}
+
+// /dev: a small tmpfs with the harmless host devices bound in, /dev/shm, and the /proc links;
+// read-only once built, so nothing can add device nodes later.
+void build_dev(int dev_point, const RootPlan& plan, const GuestOwner& root) {
+    const auto dev = new_mount("tmpfs", {{"size", "64k"}, {"mode", "0755"}},
+                               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, "/dev");
+    attach(dev.get(), dev_point, "/dev");
+    // Our own fresh tmpfs: nothing in it was planted, but the same confined layer builds it.
+    const GuestFs tree(duplicate(dev.get()), root);
     for (const char* name : kDevices) {
-        const fs::path target = dev / name;
-        make_file(target, 0666);
-        do_mount((fs::path("/dev") / name).c_str(), target, nullptr, MS_BIND);
+        const auto point = tree.mount_point(fmt::format("/{}", name), false);
+        attach(clone_host_tree(fs::path("/dev") / name).get(), point.get(),
+               fmt::format("/dev/{}", name));
     }
-    for (const auto& [name, link] : {std::pair{"fd", "/proc/self/fd"},
-                                     {"stdin", "/proc/self/fd/0"},
-                                     {"stdout", "/proc/self/fd/1"},
-                                     {"stderr", "/proc/self/fd/2"}}) {
-        if (::symlink(link, (dev / name).c_str()) != 0) {
-            throw SystemError(errno, fmt::format("creating /dev/{} in the sandbox", name));
-        }
+    for (const auto& [name, link] : {std::pair{"/fd", "/proc/self/fd"},
+                                     {"/stdin", "/proc/self/fd/0"},
+                                     {"/stdout", "/proc/self/fd/1"},
+                                     {"/stderr", "/proc/self/fd/2"}}) {
+        tree.symlink(name, link);
     }
-    const fs::path shm = dev / "shm";
-    make_dirs(root, shm, plan.root_uid, plan.root_gid);
-    do_mount("tmpfs", shm, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options(plan.shm_bytes, "1777"));
-    // Nothing may add device nodes later.
-    do_mount(nullptr, dev, nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
-             "size=64k,mode=0755");
+    const auto shm_point = tree.mount_point("/shm", true);
+    attach(new_mount("tmpfs", tmpfs_options(plan.shm_bytes, "1777"),
+                     MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "/dev/shm")
+               .get(),
+           shm_point.get(), "/dev/shm");
+    set_attributes(dev.get(), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, "/dev");
 }
 
 }  // namespace
@@ -151,7 +184,11 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
         throw SystemError(errno, "creating a private mount namespace for the sandbox's root",
                           "run as root");
     }
-    do_mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE);
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+        mount_failed("making the sandbox's mount namespace private");
+    }
+    const GuestOwner root_owner{plan.root_uid, plan.root_gid};
+    const GuestOwner guest_owner{plan.guest_uid, plan.guest_gid};
 
     // (perf, cold acquire) The writable layer's tmpfs goes on the mount point every sandbox of the
     // state directory shares, each in its own private mount namespace: no directory to make (and
@@ -161,47 +198,155 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
     const fs::path layer =
         plan.layer_mount_point.empty() ? sandbox_dir / "layer" : plan.layer_mount_point;
     ::mkdir(layer.c_str(), 0700);
-    do_mount("tmpfs", layer, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options(plan.disk_bytes, "0755"));
+    const auto layer_mount = new_mount("tmpfs", tmpfs_options(plan.disk_bytes, "0755"),
+                                       MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "the writable layer");
+    if (::move_mount(layer_mount.get(), "", AT_FDCWD, layer.c_str(), MOVE_MOUNT_F_EMPTY_PATH) !=
+        0) {
+        mount_failed(fmt::format("mounting the writable layer on {}", layer.string()));
+    }
     fs::path root = layer;
+    UniqueFd root_mount = duplicate(layer_mount.get());
     if (!plan.lower_dirs.empty()) {
-        const fs::path upper = layer / "upper";
-        const fs::path work = layer / "work";
-        ::mkdir(upper.c_str(), 0755);
-        ::mkdir(work.c_str(), 0700);
+        // Our own fresh tmpfs: fixed names, nothing an image controls.
+        for (const char* dir : {"upper", "work", "root"}) {
+            if (::mkdirat(layer_mount.get(), dir, 0755) != 0) {
+                throw SystemError(errno, fmt::format("creating the layer's {}", dir));
+            }
+        }
+        const auto open_layer = [&](const char* dir) {
+            UniqueFd fd{
+                ::openat(layer_mount.get(), dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+            if (!fd) {
+                throw SystemError(errno, fmt::format("opening the layer's {}", dir));
+            }
+            return fd;
+        };
+        // Item 8 of issue 17: overlayfs shows its options in the guest's /proc/self/mountinfo
+        // exactly as given, so every layer is named by a descriptor of ours (/proc/self/fd/N,
+        // resolved once while the file system is created), never by its host path.
+        std::vector<UniqueFd> lower_fds;
         std::string lowers;
         for (const auto& lower : plan.lower_dirs) {
-            lowers += (lowers.empty() ? "" : ":") + lower.string();
+            UniqueFd fd{::open(lower.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)};
+            if (!fd) {
+                throw SystemError(errno, fmt::format("opening the image layer {}", lower.string()),
+                                  "the image may have been removed; import it again");
+            }
+            lowers += (lowers.empty() ? "" : ":") + fd_path(fd.get());
+            lower_fds.push_back(std::move(fd));
         }
+        const auto upper = open_layer("upper");
+        const auto work = open_layer("work");
+        const auto point = open_layer("root");
+        auto overlay = new_mount("overlay",
+                                 {{"lowerdir", lowers},
+                                  {"upperdir", fd_path(upper.get())},
+                                  {"workdir", fd_path(work.get())}},
+                                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "the sandbox's root");
         // (perf) The mount point is in the layer's tmpfs, not in the sandbox directory: one
         // directory fewer to make and remove on the host's file system per sandbox (on the ext4
         // here, mounted with `discard`, each rmdir of a directory waits about 4 ms).
+        attach(overlay.get(), point.get(), "the overlay root");
         root = layer / "root";
-        ::mkdir(root.c_str(), 0755);
-        do_mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV,
-                 fmt::format("lowerdir={},upperdir={},workdir={}", lowers, upper.string(),
-                             work.string()));
+        root_mount = std::move(overlay);
     }
-    if (::chown(root.c_str(), plan.root_uid, plan.root_gid) != 0 ||
-        ::chmod(root.c_str(), 0755) != 0) {
-        throw SystemError(errno, "handing the sandbox's root directory to the guest's root");
+    {
+        UniqueFd top{::openat(root_mount.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+        if (!top || ::fchown(top.get(), plan.root_uid, plan.root_gid) != 0 ||
+            ::fchmod(top.get(), 0755) != 0) {
+            throw SystemError(errno, "handing the sandbox's root directory to the guest's root");
+        }
     }
+
+    // Every path below is resolved in the root by GuestFs (openat2 RESOLVE_IN_ROOT |
+    // RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, one component at a time when creating). No
+    // mount of ours is attached to the root until every image path has been resolved, so no
+    // resolution crosses a mount (what RESOLVE_NO_XDEV would refuse): the overlay shows none.
+    const GuestFs tree(duplicate(root_mount.get()), root_owner);
     for (const auto& file : plan.files) {
-        write_generated(root, file, plan.root_uid, plan.root_gid);
+        on_image_path(file.target, "a generated file", [&] {
+            GuestWriteOptions options;
+            options.mode = file.mode;
+            options.replace_link = true;  // renamed over the name, never written through it
+            tree.write(file.target, file.content, options);
+        });
     }
+    std::vector<std::string> mounted{"/dev", "/tmp", "/proc"};
+    std::vector<std::pair<const BindMount*, UniqueFd>> binds;
     for (const auto& bind : plan.ro_binds) {
-        add_bind(root, bind, plan.root_uid, plan.root_gid);
+        struct stat info {};
+        if (::lstat(bind.source.c_str(), &info) != 0) {
+            continue;  // an optional host path (e.g. /lib64 on some hosts) is simply absent
+        }
+        if (S_ISLNK(info.st_mode)) {
+            std::error_code ec;
+            const auto link = fs::read_symlink(bind.source, ec);
+            if (!ec) {
+                on_image_path(bind.target, "a link",
+                              [&] { tree.symlink(bind.target, link.string()); });
+            }
+            continue;
+        }
+        auto point = on_image_path(bind.target, "a mount point", [&] {
+            return tree.mount_point(bind.target, S_ISDIR(info.st_mode));
+        });
+        binds.emplace_back(&bind, std::move(point));
+        mounted.push_back(bind.target);
     }
-    build_dev(root, plan);
-    const fs::path tmp = root / "tmp";
-    make_dirs(root, tmp, plan.root_uid, plan.root_gid);
-    do_mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options(plan.tmp_bytes, "1777"));
-    make_dirs(root, root / "proc", plan.root_uid, plan.root_gid);
-    for (const auto& dir : plan.guest_dirs) {
-        const fs::path path = under(root, dir);
-        make_dirs(root, path.parent_path(), plan.root_uid, plan.root_gid);
-        make_dirs(root, path, plan.guest_uid, plan.guest_gid);
+    const auto dev_point =
+        on_image_path("/dev", "a directory", [&] { return tree.mount_point("/dev", true); });
+    const auto tmp_point =
+        on_image_path("/tmp", "a directory", [&] { return tree.mount_point("/tmp", true); });
+    on_image_path("/proc", "a directory", [&] { tree.mkdirs("/proc"); });
+    std::vector<std::string> tmp_dirs;
+    for (const auto& given : plan.guest_dirs) {
+        auto dir = fs::path(given).lexically_normal().string();
+        if (dir.size() > 1 && dir.back() == '/') {
+            dir.pop_back();
+        }
+        if (dir.empty() || dir.front() != '/' || dir.find("/..") != std::string::npos) {
+            throw InvalidArgument(
+                fmt::format("the guest directory '{}' is not a plain absolute path; name one like "
+                            "/maf-sandbox/work",
+                            given));
+        }
+        if (beneath(dir, "/tmp")) {
+            tmp_dirs.push_back(dir.substr(4).empty() ? "/" : dir.substr(4));
+            continue;
+        }
+        for (const auto& covered : mounted) {
+            if (beneath(dir, covered)) {
+                throw InvalidArgument(
+                    fmt::format("the directory '{}' lies in '{}', which the sandbox mounts over; "
+                                "choose a work directory elsewhere (e.g. /maf-sandbox/work)",
+                                dir, covered));
+            }
+        }
+        make_guest_dir(root_mount.get(), dir, root_owner, guest_owner);
     }
-    make_dirs(root, root / kOldRootDir, plan.root_uid, plan.root_gid, 0700);
+    on_image_path(std::string("/") + kOldRootDir, "a directory", [&] {
+        const auto old_root = tree.make_directory(std::string("/") + kOldRootDir);
+        if (::fchmod(old_root.get(), 0700) != 0) {
+            throw SystemError(errno, "protecting the sandbox's old-root directory");
+        }
+    });
+
+    // Then our own mounts, each onto the descriptor of its mount point.
+    for (const auto& [bind, point] : binds) {
+        const auto tree_mount = clone_host_tree(bind->source);
+        set_attributes(tree_mount.get(), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                       bind->target);
+        attach(tree_mount.get(), point.get(), bind->target);
+    }
+    build_dev(dev_point.get(), plan, root_owner);
+    const auto tmp = new_mount("tmpfs", tmpfs_options(plan.tmp_bytes, "1777"),
+                               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "/tmp");
+    for (const auto& dir : tmp_dirs) {
+        if (dir != "/") {
+            make_guest_dir(tmp.get(), dir, root_owner, guest_owner);
+        }
+    }
+    attach(tmp.get(), tmp_point.get(), "/tmp");
     return root;
 }
 
@@ -226,7 +371,9 @@ void enter_root() {
     }
     // A fresh /proc must be mounted while the host's /proc is still visible: the kernel only lets
     // a user namespace mount proc when an unobscured one is already in its mount namespace.
-    do_mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC);
+    if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+        mount_failed("mounting /proc in the sandbox");
+    }
     const std::string old_root = std::string("/") + kOldRootDir;
     if (::umount2(old_root.c_str(), MNT_DETACH) != 0) {
         throw SystemError(errno, "detaching the host's root from the sandbox");

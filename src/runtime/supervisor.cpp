@@ -331,6 +331,34 @@ void join_placed_cgroups(SupervisorConfig& config) {
     }
 }
 
+// The config: from kConfigFd (how the runtime passes it, so no host path is on PID 1's command
+// line), or from a file named by hand.
+std::string read_config(const char* path) {
+    if (path != nullptr) {
+        std::ifstream in(path);
+        std::stringstream text;
+        text << in.rdbuf();
+        return text.str();
+    }
+    std::string text;
+    char chunk[4096];
+    for (;;) {
+        const ssize_t n = ::read(kConfigFd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            throw SystemError(errno, "reading the supervisor's config from its descriptor");
+        }
+        if (n == 0) {
+            break;
+        }
+        text.append(chunk, static_cast<std::size_t>(n));
+    }
+    ::close(kConfigFd);  // PID 1 and the guest must not inherit it
+    return text;
+}
+
 UniqueFd listen_on(const fs::path& socket_path) {
     ::unlink(socket_path.c_str());
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -353,16 +381,16 @@ UniqueFd listen_on(const fs::path& socket_path) {
 }  // namespace
 
 int supervisor_main(int argc, char** argv) {
-    if (argc != 2) {
+    if (argc > 2) {
         std::fprintf(stderr,
-                     "usage: maf-sandbox-supervisor CONFIG.json (started by the runtime)\n");
+                     "usage: maf-sandbox-supervisor [CONFIG.json] (started by the runtime, which "
+                     "passes the config on fd %d)\n",
+                     kConfigFd);
         return 2;
     }
     try {
-        std::ifstream in(argv[1]);
-        std::stringstream text;
-        text << in.rdbuf();
-        SupervisorConfig config = supervisor_config_from_json(json::parse(text.str()));
+        SupervisorConfig config =
+            supervisor_config_from_json(json::parse(read_config(argc == 2 ? argv[1] : nullptr)));
         // First, while this process is in none of the sandbox's namespaces or cgroups: PID 1
         // inherits the life pipe's write end through the clone below.
         const UniqueFd owner_watch = start_owner_watch(config);

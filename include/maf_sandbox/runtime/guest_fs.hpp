@@ -45,6 +45,10 @@ struct GuestEntry {
 struct GuestWriteOptions {
     mode_t mode = 0644;  // applied exactly (no umask)
     bool fsync = false;  // fsync the file before the rename
+    // A link at the final name is replaced (renameat swaps the name, never follows it) instead of
+    // refused. For files the host generates into a root it builds (an image's /etc/resolv.conf is
+    // often a link), never for files a client names.
+    bool replace_link = false;
 };
 
 class GuestFs {
@@ -92,6 +96,40 @@ class GuestFs {
     // is success; an existing link among the components throws ConfinementEscape, any other
     // non-directory NotADirectory.
     void mkdirs(std::string_view guest_path) const;
+
+    // mkdirs, returning the final directory opened O_RDONLY | O_DIRECTORY (for fchown / fchmod, or
+    // as the root of a further GuestFs). Same refusals as mkdirs.
+    UniqueFd make_directory(std::string_view guest_path) const;
+
+    // A mount point: the directory (mkdirs) or empty regular file (created O_EXCL, owned by the
+    // owner; missing parents made as by mkdirs) at the path, opened O_PATH without following
+    // anything, so a mount placed on it through the descriptor lands exactly there. A link at or
+    // above the path throws ConfinementEscape; an existing entry of the other kind NotADirectory
+    // (a directory wanted) or IsADirectory (a file wanted); a FIFO, socket or device FileError.
+    UniqueFd mount_point(std::string_view guest_path, bool directory) const;
+
+    // Creates a link named `guest_path` holding `target` (missing parents made as by mkdirs). An
+    // existing entry of that name is left as it is, or with `replace` removed first (a directory
+    // with everything in it). The link is created, never followed.
+    void symlink(std::string_view guest_path, const std::string& target,
+                 bool replace = false) const;
+
+    // --- extraction (image layers): each replaces whatever is at the final name -----------------
+    // The final name is unlinked (a directory removed recursively) and made anew, so nothing an
+    // earlier entry or layer planted there is ever written through. Parents as for mkdirs: a link
+    // among them throws ConfinementEscape.
+
+    // A new, empty regular file (O_CREAT | O_EXCL | O_NOFOLLOW), returned open for writing; owned
+    // by the owner with `mode` until the caller changes that through the descriptor.
+    UniqueFd create_file(std::string_view guest_path, mode_t mode) const;
+
+    // The directory at the path (an existing directory is kept, anything else replaced), opened
+    // O_RDONLY | O_DIRECTORY for the caller's fchown / fchmod.
+    UniqueFd replace_with_directory(std::string_view guest_path) const;
+
+    // A hard link named `guest_path` to the existing non-directory `existing` (resolved without
+    // following any link; a final link is linked itself, never its target).
+    void hard_link(std::string_view guest_path, std::string_view existing) const;
 
     // Removes a path. Missing (or a missing ancestor) is success. A link is unlinked, never
     // followed; a directory needs `recursive` (IsADirectory otherwise); recursive removal walks

@@ -97,7 +97,12 @@ inline constexpr const char* kOldRootDir = ".oldroot";
 // root under `sandbox_dir` (a size-limited tmpfs writable layer, an overlay on the image's lower
 // dirs when it has any, read-only binds, a minimal /dev, /tmp, the guest's dirs) and returns its
 // path. Every mount lives only in this (and the sandbox's copied) mount namespace, so nothing
-// can leak onto the host. Throws SystemError naming the mount.
+// can leak onto the host. The image's tree is touched only through GuestFs from the root's
+// descriptor, and every mount is attached onto a mount point's descriptor (never by name), so a
+// link the image holds is never followed: a link (or a non-directory) where a directory or file
+// is needed throws InvalidArgument naming the image path; a generated file replaces a link at its
+// name. A guest dir beneath /dev, /proc or a bind target throws InvalidArgument. Throws
+// SystemError naming the mount.
 std::filesystem::path prepare_root(const RootPlan& plan, const std::filesystem::path& sandbox_dir);
 
 // Inside the new namespaces, with the current directory at the prepared root: pivot_root into

@@ -1,11 +1,12 @@
 // The resident supervisor of one sandbox: the `maf-sandbox-supervisor` executable.
 //
 // Launched detached by SandboxProcess (own session, already inside the sandbox's cgroups) with
-// the path of its JSON config as argv[1] and a ready pipe as fd 3. Its host-side half builds the
-// root filesystem in a private mount namespace, binds the exec socket and clones PID 1 of the new
-// user, mount, PID, IPC, UTS, network and cgroup namespaces, then exits. PID 1 pivots into the
-// root, reports "ready" (or "error: ...") on the pipe and serves execs until its idle timeout or
-// absolute lifetime expires, when it exits and the kernel ends every process of the sandbox.
+// argv[0] "maf-sandbox-supervisor" alone, its JSON config on fd kConfigFd and a ready pipe as fd 3.
+// Its host-side half builds the root filesystem in a private mount namespace, binds the exec socket
+// and clones PID 1 of the new user, mount, PID, IPC, UTS, network and cgroup namespaces, then
+// exits. PID 1 pivots into the root, reports "ready" (or "error: ...") on the pipe and serves execs
+// until its idle timeout or absolute lifetime expires, when it exits and the kernel ends every
+// process of the sandbox.
 //
 // Egress (SupervisorConfig::egress): `closed` leaves the network namespace with loopback only.
 // `allowlist` forks the egress proxy from the host-side half before anything else, so it stays in
@@ -38,6 +39,10 @@ namespace maf_sandbox::runtime {
 inline constexpr int kReadyFd = 3;
 // The fd the launcher sends the sandbox's cgroups on (one CgroupPlacement line, then EOF).
 inline constexpr int kCgroupFd = 4;
+// The fd the supervisor's JSON config arrives on (a memfd, read to its end). Not a path on the
+// command line: the sandbox's PID 1 is a fork of the supervisor, so its /proc/1/cmdline would show
+// the guest a host directory (issue 17, item 8).
+inline constexpr int kConfigFd = 5;
 
 // (perf, cold acquire) The sandbox's cgroups, which the launcher creates while the supervisor
 // starts (its exec, its config, and with closed egress its mounts) instead of before: on two
