@@ -24,10 +24,17 @@ namespace {
 
 namespace json = boost::json;
 
+// The transport refuses to serve without a token; these cases are about the body, so every request
+// carries the right one.
+constexpr const char* kToken = "bad-input-test-token";
+
 class McpHttpBadInput : public ::testing::Test {
   protected:
     void SetUp() override {
-        http_ = std::make_unique<mcp::McpHttpServer>(io_.get_executor(), *harness_.server);
+        mcp::McpHttpOptions http_options;
+        http_options.token = kToken;
+        http_ = std::make_unique<mcp::McpHttpServer>(io_.get_executor(), *harness_.server,
+                                                     http_options);
         const auto port = http_->start();
         base_ = "http://127.0.0.1:" + std::to_string(port);
         net::HttpClientOptions options;
@@ -51,6 +58,7 @@ class McpHttpBadInput : public ::testing::Test {
         request.target = base_ + path;
         request.headers.set("Content-Type", std::move(content_type));
         request.headers.set("Accept", "application/json, text/event-stream");
+        request.headers.set("Authorization", std::string("Bearer ") + kToken);
         if (with_session && !session_.empty()) {
             request.headers.set("Mcp-Session-Id", session_);
         }
@@ -192,6 +200,7 @@ TEST_F(McpHttpBadInput, SessionAndVersionHeadersOfTheWrongShapeAreJsonRpcErrors)
     request.method = "POST";
     request.target = base_ + "/mcp";
     request.headers.set("Content-Type", "application/json");
+    request.headers.set("Authorization", std::string("Bearer ") + kToken);
     request.headers.set("MCP-Protocol-Version", std::string(300, '9'));
     request.body = kInitialize;
     const auto bad_version = drive(io_, client_->send(std::move(request)));
@@ -208,6 +217,7 @@ TEST_F(McpHttpBadInput, ABodyOverTheLimitIs413AndAnOversizedMessageUnderItIsAnsw
         request.method = "POST";
         request.target = base_ + "/mcp";
         request.headers.set("Content-Type", "application/json");
+        request.headers.set("Authorization", std::string("Bearer ") + kToken);
         request.body = std::string((64u << 20) + 1, ' ');
         EXPECT_EQ(drive(io_, client_->send(std::move(request))).status, 413);
     } catch (const net::NetError& e) {
@@ -239,6 +249,7 @@ TEST_F(McpHttpBadInput, TheHttpLayersOwnRefusalsAreJsonToo) {
 TEST_F(McpHttpBadInput, SessionsAreBoundedTheLeastRecentlyUsedIdleOneEnds) {
     mcp::McpHttpOptions options;
     options.max_sessions = 2;
+    options.token = kToken;
     mcp::McpHttpServer bounded(io_.get_executor(), *harness_.server, options);
     const auto port = bounded.start();
     const auto initialize = [&](const std::string& body, const std::string& session) {
@@ -246,6 +257,7 @@ TEST_F(McpHttpBadInput, SessionsAreBoundedTheLeastRecentlyUsedIdleOneEnds) {
         request.method = "POST";
         request.target = "http://127.0.0.1:" + std::to_string(port) + "/mcp";
         request.headers.set("Content-Type", "application/json");
+        request.headers.set("Authorization", std::string("Bearer ") + kToken);
         if (!session.empty()) {
             request.headers.set("Mcp-Session-Id", session);
         }
