@@ -80,9 +80,6 @@ MAF_SANDBOX_ERROR(NoSandboxBackend, Error);
 MAF_SANDBOX_ERROR(SandboxCapabilityNotSupported, Error);
 MAF_SANDBOX_ERROR(SandboxOsFamilyNotSupported, Error);
 MAF_SANDBOX_ERROR(SandboxIsolationScopeNotSupported, Error);
-// The host has no room for another sandbox: admitting it would overrun a host-wide budget (the
-// share of kernel.pid_max sandboxes may use, the pool of host ids). Refused, never degraded.
-MAF_SANDBOX_ERROR(SandboxCapacityExceeded, Error);
 
 // --- OSError family: a guest file operation was refused. Keeps errno where there is one. -------
 class FileError : public Error {
