@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "maf_sandbox/core/capacity_error.hpp"
 #include "maf_sandbox/core/errors.hpp"
 
 namespace maf_sandbox::runtime {
@@ -256,16 +257,19 @@ IdClaim IdClaims::claim(const IdPool& pool, const IdClaimRequest& request) const
             throw SystemError(error, fmt::format("writing the host id claim {}", path.string()));
         }
     }
+    // Read-only: the sandbox's processes inherit this descriptor and must not change the claim.
+    UniqueFd held_lock(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!held_lock || ::flock(held_lock.get(), LOCK_EX | LOCK_NB) != 0) {
+        const int error = errno;
+        ::unlink(path.c_str());  // still under the table lock, which a release would take again
+        throw SystemError(error, fmt::format("locking the host id claim {}", path.string()));
+    }
     IdClaim claim;
     claim.dir_ = dir_;
     claim.sandbox_id_ = request.sandbox_id;
     claim.ids_ = *chosen;
-    claim.committed_ = false;  // from here on a failure takes the claim back
-    // Read-only: the sandbox's processes inherit this descriptor and must not change the claim.
-    claim.lock_.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-    if (!claim.lock_ || ::flock(claim.lock_.get(), LOCK_EX | LOCK_NB) != 0) {
-        throw SystemError(errno, fmt::format("locking the host id claim {}", path.string()));
-    }
+    claim.lock_ = std::move(held_lock);
+    claim.committed_ = false;  // from here on the claim is taken back unless committed
     return claim;
 }
 

@@ -132,6 +132,7 @@ json::value to_json(const SupervisorConfig& config) {
     out["egress"] = config.egress.to_json();
     out["egress_operator"] = config.egress_operator.to_json();
     out["seccomp_bpf"] = hex_of(config.seccomp);
+    out["budgets"] = config.budgets.to_json();
     return out;
 }
 
@@ -189,6 +190,9 @@ SupervisorConfig supervisor_config_from_json(const json::value& value) {
         config.egress_operator = EgressOperatorOptions::from_json(*options);
     }
     config.seccomp = filter_of_hex(in.at("seccomp_bpf").as_string());
+    if (const auto* budgets = in.if_contains("budgets")) {
+        config.budgets = SandboxBudgets::from_json(*budgets);
+    }
     return config;
 }
 

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "maf_sandbox/core/capacity_error.hpp"
 #include "maf_sandbox/runtime/id_ranges.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
 

@@ -29,6 +29,7 @@
 
 #include "maf_sandbox/runtime/cgroup.hpp"
 #include "maf_sandbox/runtime/egress.hpp"
+#include "maf_sandbox/runtime/host_budgets.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
 
 namespace maf_sandbox::runtime {
@@ -37,6 +38,9 @@ namespace maf_sandbox::runtime {
 inline constexpr int kReadyFd = 3;
 // The fd the launcher sends the sandbox's cgroups on (one CgroupPlacement line, then EOF).
 inline constexpr int kCgroupFd = 4;
+// The fd holding the lock of the sandbox's host id claim (id_claims.hpp): PID 1 keeps it open (it
+// is close-on-exec, so no guest program has it) for as long as the sandbox lives.
+inline constexpr int kIdClaimFd = 5;
 
 // (perf, cold acquire) The sandbox's cgroups, which the launcher creates while the supervisor
 // starts (its exec, its config, and with closed egress its mounts) instead of before: on two
@@ -77,6 +81,9 @@ struct SupervisorConfig {
     // (guest_seccomp_program) instead of by every supervisor at start (0.2-0.3 ms of libseccomp
     // here). Required: a config without it is refused, never run unfiltered.
     std::vector<sock_filter> seccomp;
+    // Resource limits and user namespace limits (host_budgets.hpp). Absent from an older
+    // launcher's config: nothing is set, as before.
+    SandboxBudgets budgets;
 };
 
 boost::json::value to_json(const SupervisorConfig& config);
