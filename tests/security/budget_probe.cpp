@@ -2,8 +2,9 @@
 // sandbox and run as the guest (identity_budget_test.cpp). Each operation spends one host-wide
 // kernel budget until the kernel refuses, or `limit` objects are made, and prints one line:
 // "made N errno E", N the objects it got and E the errno of the refusal (0 when it stopped at
-// `limit`). It then keeps what it made for `hold` seconds, or until /tmp/budget-release exists,
-// so the test can check the host while the budget is spent.
+// `limit`). It then keeps what it made for `hold` seconds, or until
+// /maf-sandbox/work/.budget-release exists, so the test can check the host while the budget is
+// spent.
 //   usage: maf-security-budget-probe OP LIMIT HOLD [DIR]
 #include <fcntl.h>
 #include <mqueue.h>
@@ -114,15 +115,17 @@ int message_queues(long limit) {
     return made(count, 0);
 }
 
-// Keeps what the operation made until `seconds` pass or /tmp/budget-release exists.
+// Keeps what the operation made until `seconds` pass or /maf-sandbox/work/.budget-release exists.
 void hold(long seconds) {
-    for (long tick = 0; tick < seconds * 20 && ::access("/tmp/budget-release", F_OK) != 0; ++tick) {
+    for (long tick = 0;
+         tick < seconds * 20 && ::access("/maf-sandbox/work/.budget-release", F_OK) != 0; ++tick) {
         ::usleep(50000);
     }
 }
 
 int user_namespace() {
-    return made(::unshare(CLONE_NEWUSER) == 0 ? 1 : 0, errno);
+    const int result = ::unshare(CLONE_NEWUSER);
+    return made(result == 0 ? 1 : 0, result == 0 ? 0 : errno);
 }
 
 // As many processes as the pids limit allows, each holding as many open files as its
@@ -146,6 +149,7 @@ int file_table(long seconds) {
                 ++opened;
             }
             [[maybe_unused]] auto n = ::write(counts[1], &opened, sizeof opened);
+            ::close(counts[1]);  // the parent reads until every worker has reported
             hold(seconds);
             ::_exit(0);
         }
@@ -160,10 +164,10 @@ int file_table(long seconds) {
     while (::read(counts[0], &opened, sizeof opened) == sizeof opened) {
         total += opened;
     }
-    for (const pid_t child : children) {
-        ::waitpid(child, nullptr, 0);
-    }
     std::printf("made %ld errno 0 procs %zu\n", total, children.size());
+    for (const pid_t child : children) {
+        ::waitpid(child, nullptr, 0);  // they hold their files until released
+    }
     return 0;
 }
 

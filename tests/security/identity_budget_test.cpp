@@ -74,25 +74,32 @@ Made run_once(Box& box, const std::string& op, const std::string& dir = "") {
 // and returns its result once it has it.
 Made spend_and_hold(Box& box, const std::string& op, const std::string& dir = "") {
     const auto started =
-        box.sh(fmt::format("rm -f /tmp/budget-release /tmp/budget.out; {} {} 100000000 90 {} "
-                           "> /tmp/budget.out 2>&1 < /dev/null &",
+        box.sh(fmt::format("rm -f {0}-release {0}.out; {0} {1} 100000000 90 {2} > {0}.out 2>&1 "
+                           "< /dev/null &",
                            kBudget, op, dir));
     EXPECT_EQ(started.exit_code, 0) << started.stderr_bytes;
     const auto deadline = std::chrono::steady_clock::now() + 60s;
+    std::string last;
     while (std::chrono::steady_clock::now() < deadline) {
-        const auto out = box.sh("cat /tmp/budget.out 2>/dev/null").stdout_bytes;
+        // Through the file plane, not exec: a flood of processes leaves none to run `cat`.
+        std::string out;
+        try {
+            out = api_read(box, std::string(kBudget) + ".out");
+        } catch (const std::exception&) {
+        }
+        last = out;
         const auto at = out.find("made ");
         if (at != std::string::npos && out.find('\n', at) != std::string::npos) {
             return parse_made(out.substr(at));
         }
         std::this_thread::sleep_for(50ms);
     }
-    ADD_FAILURE() << "the budget probe never reported";
+    ADD_FAILURE() << "the budget probe never reported: " << last;
     return {};
 }
 
 void release(Box& box) {
-    box.sh("touch /tmp/budget-release");
+    api_write(box, std::string(kBudget) + "-release", "");
 }
 
 // Runs `attempt` in a forked child of this process, as host root or, with `uid`, as that
@@ -423,13 +430,25 @@ TEST(SandboxBudgets, AFileTableFloodAtTheDefaultsStaysWithinItsShareOfFileMax) {
             std::this_thread::sleep_for(20ms);
         }
     });
+    struct Join {
+        std::atomic<bool>& done;
+        std::thread& thread;
+        ~Join() {
+            done = true;
+            if (thread.joinable()) {
+                thread.join();
+            }
+        }
+    } join{done, sampler};
     const auto spent = spend_and_hold(box, "files");
     std::this_thread::sleep_for(300ms);  // held: sampled while every worker keeps its files
     // Meanwhile an unprivileged host process and a new sandbox still open files.
     EXPECT_TRUE(host_can([] { return ::open("/dev/null", O_RDONLY) >= 0; }, kHostUser));
-    {
+    try {
         Box second;
         EXPECT_EQ(second.sh("exec 3</dev/null && echo ok").stdout_bytes, "ok\n");
+    } catch (const std::exception& e) {
+        ADD_FAILURE() << "a second sandbox could not start during the flood: " << e.what();
     }
     done = true;
     sampler.join();
