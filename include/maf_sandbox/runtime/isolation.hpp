@@ -35,6 +35,8 @@ struct IdMapping {
     std::uint32_t span() const noexcept { return count + kServiceIdCount; }
 };
 
+// The one mapping every sandbox shared before each got a slot of the host id pool (id_ranges.hpp):
+// what a handle recorded by an older runtime had. launch_sandbox never hands it out.
 inline constexpr IdMapping kDefaultIdMapping{};
 
 // Every namespace a sandbox gets: user, mount, PID, IPC, UTS, network and cgroup.
