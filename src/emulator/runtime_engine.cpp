@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <boost/json/value_to.hpp>
+#include <cstdlib>
 
 #include "engine.hpp"
 #include "maf_sandbox/core/errors.hpp"
@@ -19,6 +20,25 @@ std::uint64_t to_u64(const json::object& o, const char* key) {
         return v->to_number<std::uint64_t>();
     }
     return 0;
+}
+
+// Each sandbox's pids limit. Every live sandbox's limit together must fit the host's pid budget
+// (a share of kernel.pid_max; a create past it fails with SandboxCapacityExceeded), and the
+// limit also divides the sandbox's share of fs.file-max into its RLIMIT_NOFILE: 1024 leaves 240
+// descriptors a process on a host with 2.4 million files. MAF_SANDBOX_EMULATOR_PIDS overrides.
+constexpr std::uint64_t kDefaultSandboxPids = 1024;
+
+std::uint64_t sandbox_pids() {
+    if (const char* text = std::getenv("MAF_SANDBOX_EMULATOR_PIDS"); text && *text) {
+        char* end = nullptr;
+        const auto value = std::strtoull(text, &end, 10);
+        if (end != text && *end == '\0' && value > 0) {
+            return value;
+        }
+        throw InvalidArgument(
+            fmt::format("MAF_SANDBOX_EMULATOR_PIDS='{}' is not a positive whole number", text));
+    }
+    return kDefaultSandboxPids;
 }
 
 runtime::SandboxHandle handle_of(const json::object& handle) {
@@ -94,7 +114,7 @@ class RuntimeEngine final : public SandboxEngine {
         // The service's default exec directory is unknown; "/" always exists (docs/emulator.md).
         launch.default_cwd = "/";
         launch.hostname = "sandbox";
-        launch.limits.pids = 4096;
+        launch.limits.pids = sandbox_pids();
         launch.limits.memory_bytes = request.memory_bytes;
         launch.limits.cpus = request.cpus;
         launch.egress = request.egress;
@@ -103,15 +123,17 @@ class RuntimeEngine final : public SandboxEngine {
         try {
             handle = runtime::launch_sandbox(launch);
         } catch (const SandboxCapabilityNotSupported&) {
-            // A limit this machine cannot enforce: the emulator's resources are advisory.
+            // A limit this machine cannot enforce: the emulator's resources are advisory. The
+            // pids limit is not: the host's pid and file budgets are computed from it.
             launch.limits = {};
+            launch.limits.pids = sandbox_pids();
             handle = runtime::launch_sandbox(launch);
         }
         return json::object{{"pid", handle.pid},
                             {"startTime", handle.start_time},
                             {"runtime", handle.runtime_json()},
-                            {"rootUid", launch.ids.to_host(0)},
-                            {"rootGid", launch.ids.to_host(0)}};
+                            {"rootUid", handle.ids.to_host(0)},
+                            {"rootGid", handle.ids.to_host(0)}};
     }
 
     bool alive(const json::object& handle) const override {

@@ -238,9 +238,14 @@ struct LocalBackend::Impl {
             if (labels.count(kPoolLabel) > 0) {
                 launch.owner_pending_label = kPoolLabel;  // a run that takes it names its owner
             }
+            launch.id_pool = config.id_pool;
+            launch.id_claims_dir = config.id_claims_dir;
+            launch.budgets = config.budgets;
             // Recorded as running while the sandbox's PID 1 finishes its set-up.
             launch.on_started = [&](const runtime::SandboxHandle& started) {
                 record.supervisor = {started.pid, started.start_time};
+                record.host_ids = SandboxRecord::HostIds{started.ids.host_base, started.ids.count,
+                                                         started.id_claims_dir};
                 record.runtime = started.runtime_json();
                 record.runtime["work_dir"] = work_dir;
                 record.runtime["egress_policy"] = policy.to_json();

@@ -126,6 +126,7 @@ std::optional<std::string> destroy_recorded(runtime::Registry& registry,
             // A create that crashed before the supervisor was recorded: its supervisor may still
             // run in cgroups the record does not name; gc's cleanup finds them by name.
             runtime::remove_recorded_cgroups(record);
+            runtime::release_recorded_ids(record);
         }
         unindex_key(registry, record.labels, record.id);
         registry.remove(record.id);

@@ -12,6 +12,7 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/cgroup.hpp"
 #include "maf_sandbox/runtime/owner.hpp"
+#include "maf_sandbox/runtime/id_claims.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -61,6 +62,12 @@ void destroy_cgroups_named_for(const std::string& id) {
 }
 
 }  // namespace
+
+void release_recorded_ids(const SandboxRecord& record) {
+    if (record.host_ids && !record.host_ids->claims_dir.empty()) {
+        IdClaims(record.host_ids->claims_dir).release(record.host_ids->base, record.id);
+    }
+}
 
 void remove_recorded_cgroups(const SandboxRecord& record) {
     destroy_cgroups_named_for(record.id);
@@ -119,6 +126,7 @@ GcReport reconcile(Registry& registry, const GcOptions& options) {
         }
         try {
             cleanup(record);
+            release_recorded_ids(record);
             registry.remove(record.id);
             ++report.reclaimed;
             report.reclaimed_ids.push_back(record.id);
@@ -149,6 +157,23 @@ GcReport reconcile(Registry& registry, const GcOptions& options) {
         } catch (const std::exception& e) {
             ++report.failed;
             report.errors.push_back(fmt::format("orphan directory {}: {}", name, e.what()));
+        }
+    }
+    if (options.reclaim_stale_ids) {
+        try {
+            const IdClaims claims(options.id_claims_dir.empty() ? default_id_claims_dir()
+                                                                : options.id_claims_dir);
+            // A claim nobody holds is of a sandbox whose PID 1 is gone; its egress helpers may
+            // still be ending, so its cgroups are emptied before its ids can be handed out again.
+            const auto reclaimed = claims.reclaim_stale([](const std::string& id) {
+                if (Registry::is_id(id)) {
+                    destroy_cgroups_named_for(id);
+                }
+            });
+            report.id_claims_reclaimed = static_cast<int>(reclaimed.size());
+        } catch (const std::exception& e) {
+            ++report.failed;
+            report.errors.push_back(fmt::format("host id claims: {}", e.what()));
         }
     }
     return report;

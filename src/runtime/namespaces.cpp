@@ -4,12 +4,15 @@
 #include <net/if.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/fsuid.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -30,6 +33,47 @@ pid_t clone_with_namespaces(unsigned long flags) {
     const long pid = ::syscall(SYS_clone, flags | SIGCHLD, nullptr, nullptr, nullptr, nullptr);
     if (pid < 0) {
         throw SystemError(errno, "creating the sandbox's namespaces (clone)",
+                          "run as root on a kernel with user, PID, network and cgroup namespaces");
+    }
+    return static_cast<pid_t>(pid);
+}
+
+pid_t clone_with_owned_namespaces(unsigned long flags, uid_t owner, gid_t owner_group) {
+    // The effective ids only: the real and saved ids stay 0, which is what lets this process (and
+    // only it) become root again below. The file-system ids go back to 0 at once, so the child
+    // resolves the state directory as root does (its own ids change inside the namespace later).
+    if (::setresgid(static_cast<gid_t>(-1), owner_group, static_cast<gid_t>(-1)) != 0) {
+        throw SystemError(errno, "taking the sandbox's owner gid to create its user namespace");
+    }
+    if (::setresuid(static_cast<uid_t>(-1), owner, static_cast<uid_t>(-1)) != 0) {
+        const int error = errno;
+        ::setresgid(static_cast<gid_t>(-1), 0, static_cast<gid_t>(-1));
+        throw SystemError(error, "taking the sandbox's owner uid to create its user namespace");
+    }
+    ::setfsuid(0);
+    ::setfsgid(0);
+    long pid = 0;
+    int error = 0;
+    if (::geteuid() != owner) {
+        error = EPERM;
+    } else {
+        pid = ::syscall(SYS_clone, flags | SIGCHLD, nullptr, nullptr, nullptr, nullptr);
+        error = errno;
+        if (pid == 0) {
+            return 0;  // the child: root of its new user namespace, owned by `owner`
+        }
+    }
+    // Root again (the real uid is 0), then the group (which needs CAP_SETGID back). Changing the
+    // effective uid made this process non-dumpable: the host's root still reaches it, but make it
+    // plain again for the helpers it starts.
+    if (::setresuid(static_cast<uid_t>(-1), 0, static_cast<uid_t>(-1)) != 0 ||
+        ::setresgid(static_cast<gid_t>(-1), 0, static_cast<gid_t>(-1)) != 0) {
+        std::_Exit(1);  // never continue as anything but root: the sandbox is not started
+    }
+    ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    if (pid < 0 || error == EPERM) {
+        throw SystemError(pid < 0 ? error : EPERM,
+                          "creating the sandbox's namespaces (clone) as its owner uid",
                           "run as root on a kernel with user, PID, network and cgroup namespaces");
     }
     return static_cast<pid_t>(pid);

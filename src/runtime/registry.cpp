@@ -258,8 +258,15 @@ json::value to_json(const SandboxRecord& record) {
     if (record.lifecycle.max_lifetime) {
         lifecycle["max_lifetime_s"] = record.lifecycle.max_lifetime->count();
     }
+    json::value host_ids = nullptr;
+    if (record.host_ids) {
+        host_ids = json::object{{"base", record.host_ids->base},
+                                {"count", record.host_ids->count},
+                                {"claims_dir", record.host_ids->claims_dir.string()}};
+    }
     return json::object{
         {"version", kRecordVersion},
+        {"host_ids", std::move(host_ids)},
         {"id", record.id},
         {"labels", std::move(labels)},
         {"image", record.image},
@@ -322,6 +329,12 @@ SandboxRecord record_from_json(const json::value& value) {
         record.supervisor.pid = number_field<pid_t>(supervisor->get_object(), "pid");
         record.supervisor.start_time =
             number_field<std::uint64_t>(supervisor->get_object(), "start_time");
+    }
+    if (const auto* ids = object.if_contains("host_ids"); ids && ids->is_object()) {
+        const auto& i = ids->get_object();
+        record.host_ids = SandboxRecord::HostIds{number_field<uid_t>(i, "base"),
+                                                 number_field<std::uint32_t>(i, "count"),
+                                                 string_field(i, "claims_dir")};
     }
     record.created_at = from_ms(number_field<std::int64_t>(object, "created_at_ms"));
     record.last_used_at = from_ms(number_field<std::int64_t>(object, "last_used_at_ms"));

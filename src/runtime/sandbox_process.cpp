@@ -24,6 +24,7 @@
 #include <boost/json.hpp>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/id_claims.hpp"
 #include "maf_sandbox/runtime/supervisor.hpp"
 
 namespace maf_sandbox::runtime {
@@ -37,10 +38,16 @@ boost::json::object SandboxHandle::runtime_json() const {
     for (const auto& path : cgroups) {
         cgroup_paths.emplace_back(path.string());
     }
-    return json::object{
-        {"cgroup_paths", std::move(cgroup_paths)}, {"cgroup_layout", to_string(cgroup_layout)},
-        {"sandbox_dir", sandbox_dir.string()},     {"socket", socket.string()},
-        {"guest_host_uid", guest_host_uid},        {"guest_host_gid", guest_host_gid}};
+    return json::object{{"cgroup_paths", std::move(cgroup_paths)},
+                        {"cgroup_layout", to_string(cgroup_layout)},
+                        {"sandbox_dir", sandbox_dir.string()},
+                        {"socket", socket.string()},
+                        {"guest_host_uid", guest_host_uid},
+                        {"guest_host_gid", guest_host_gid},
+                        {"sandbox_id", sandbox_id},
+                        {"id_base", ids.host_base},
+                        {"id_count", ids.count},
+                        {"id_claims_dir", id_claims_dir.string()}};
 }
 
 SandboxHandle SandboxHandle::from_runtime_json(pid_t pid, std::uint64_t start_time,
@@ -56,6 +63,17 @@ SandboxHandle SandboxHandle::from_runtime_json(pid_t pid, std::uint64_t start_ti
     handle.socket = std::string(in.at("socket").as_string());
     handle.guest_host_uid = in.at("guest_host_uid").to_number<uid_t>();
     handle.guest_host_gid = in.at("guest_host_gid").to_number<gid_t>();
+    // Absent from a handle an older runtime recorded: its sandbox had the one shared mapping.
+    if (const auto* id = in.if_contains("sandbox_id"); id && id->is_string()) {
+        handle.sandbox_id = std::string(id->get_string());
+    }
+    if (const auto* base = in.if_contains("id_base"); base && base->is_number()) {
+        handle.ids.host_base = base->to_number<uid_t>();
+        handle.ids.count = in.at("id_count").to_number<std::uint32_t>();
+    }
+    if (const auto* dir = in.if_contains("id_claims_dir"); dir && dir->is_string()) {
+        handle.id_claims_dir = std::string(dir->get_string());
+    }
     return handle;
 }
 
@@ -212,6 +230,7 @@ struct SupervisorSpawn {
     int ready_fd;
     int cgroup_fd;  // becomes kCgroupFd
     int config_fd;  // becomes kConfigFd
+    int claim_fd;   // becomes kIdClaimFd
 };
 
 // Runs in the spawned child, on its own stack but in the caller's memory (CLONE_VM), while the
@@ -220,10 +239,11 @@ int supervisor_child(void* arg) {
     const auto& spawn = *static_cast<const SupervisorSpawn*>(arg);
     // Own session and process group: the terminal's signals for the creator never reach it.
     ::setsid();
-    // Out of the way of kReadyFd, kCgroupFd and kConfigFd before any is placed.
-    const int cgroup_fd = ::fcntl(spawn.cgroup_fd, F_DUPFD, kConfigFd + 1);
-    const int config_fd = ::fcntl(spawn.config_fd, F_DUPFD, kConfigFd + 1);
-    if (cgroup_fd < 0 || config_fd < 0) {
+    // Out of the way of kReadyFd, kCgroupFd, kConfigFd and kIdClaimFd before any is placed.
+    const int cgroup_fd = ::fcntl(spawn.cgroup_fd, F_DUPFD, kIdClaimFd + 1);
+    const int config_fd = ::fcntl(spawn.config_fd, F_DUPFD, kIdClaimFd + 1);
+    const int claim_fd = ::fcntl(spawn.claim_fd, F_DUPFD, kIdClaimFd + 1);
+    if (cgroup_fd < 0 || config_fd < 0 || claim_fd < 0) {
         ::_exit(111);
     }
     // The caller's signal handlers live in its memory: back to the defaults (as posix_spawn
@@ -245,10 +265,11 @@ int supervisor_child(void* arg) {
     } else if (::dup2(spawn.ready_fd, kReadyFd) < 0) {
         ::_exit(112);
     }
-    if (::dup2(cgroup_fd, kCgroupFd) < 0 || ::dup2(config_fd, kConfigFd) < 0) {
+    if (::dup2(cgroup_fd, kCgroupFd) < 0 || ::dup2(config_fd, kConfigFd) < 0 ||
+        ::dup2(claim_fd, kIdClaimFd) < 0) {
         ::_exit(112);
     }
-    ::syscall(SYS_close_range, kConfigFd + 1, ~0u, 0);
+    ::syscall(SYS_close_range, kIdClaimFd + 1, ~0u, 0);
     const int null = ::open("/dev/null", O_RDWR);
     ::dup2(null, 0);
     ::dup2(null, 1);
@@ -292,12 +313,29 @@ pid_t spawn_supervisor(const SupervisorSpawn& spawn) {
 
 SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     const fs::path executable = supervisor_executable();
+    // Admission first, before anything exists: the host's pid and file budgets, then a slot of
+    // host ids that no other sandbox on this host holds.
+    const HostBudgets host_budgets =
+        launch.budgets ? *launch.budgets : HostBudgets::from_environment();
+    const std::uint64_t pid_max = read_kernel_number("/proc/sys/kernel/pid_max");
+    const SandboxBudgets budgets = sandbox_budgets(
+        host_budgets, launch.limits.pids, read_kernel_number("/proc/sys/fs/file-max"), pid_max);
+    const IdClaims claims(launch.id_claims_dir.empty() ? default_id_claims_dir()
+                                                       : launch.id_claims_dir);
+    // Released (after the rollback below has ended everything) unless the launch succeeds.
+    IdClaim claim = claims.claim(launch.id_pool ? *launch.id_pool : IdPool::from_environment(),
+                                 IdClaimRequest{launch.id, kFullGuestIdCount, launch.limits.pids,
+                                                pid_budget(host_budgets, pid_max)});
+    const IdMapping ids = claim.ids();
     SandboxHandle handle;
+    handle.sandbox_id = launch.id;
+    handle.ids = ids;
+    handle.id_claims_dir = claims.dir();
     handle.sandbox_dir = launch.sandbox_dir;
     handle.socket = launch.sandbox_dir / "exec.sock";
-    handle.guest_host_uid = launch.ids.to_host(launch.guest_uid);
-    handle.guest_host_gid = launch.ids.to_host(launch.guest_gid);
-    const uid_t root_uid = launch.ids.to_host(0);
+    handle.guest_host_uid = ids.to_host(launch.guest_uid);
+    handle.guest_host_gid = ids.to_host(launch.guest_gid);
+    const uid_t root_uid = ids.to_host(0);
 
     // Made after the supervisor is spawned, while it starts (CgroupPlacement).
     std::unique_ptr<SandboxCgroup> cgroup;
@@ -332,10 +370,11 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     config.socket_path = handle.socket;
     config.mounts = launch.mounts;
     config.mounts.root_uid = root_uid;
-    config.mounts.root_gid = launch.ids.to_host(0);
+    config.mounts.root_gid = ids.to_host(0);
     config.mounts.guest_uid = handle.guest_host_uid;
     config.mounts.guest_gid = handle.guest_host_gid;
-    config.ids = launch.ids;
+    config.ids = ids;
+    config.budgets = budgets;
     config.guest_uid = launch.guest_uid;
     config.guest_gid = launch.guest_gid;
     config.base_env = guest_env(launch);
@@ -399,8 +438,9 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     }
     UniqueFd placement_read(placement[0]);
     UniqueFd placement_write(placement[1]);
-    const SupervisorSpawn spawn{exe.c_str(),          argv,           envp, ready_write.get(),
-                                placement_read.get(), config_fd.get()};
+    const SupervisorSpawn spawn{
+        exe.c_str(),     argv,           envp, ready_write.get(), placement_read.get(),
+        config_fd.get(), claim.lock_fd()};
     const pid_t child = spawn_supervisor(spawn);
     if (child < 0) {
         throw SystemError(errno, "starting the sandbox's supervisor (clone)");
@@ -451,7 +491,8 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
                           "run as root on a kernel with user namespaces, overlayfs and cgroups");
     }
     rollback.armed = false;
-    return handle;  // the rollback reaps the host-side half, which is exiting by now
+    claim.commit();  // PID 1 holds its lock from here on
+    return handle;   // the rollback reaps the host-side half, which is exiting by now
 }
 
 void destroy_sandbox(const SandboxHandle& handle) {
@@ -465,6 +506,10 @@ void destroy_sandbox(const SandboxHandle& handle) {
         if (ec && ec != std::errc::no_such_file_or_directory) {
             throw SystemError(ec.value(), fmt::format("removing {}", handle.sandbox_dir.string()));
         }
+    }
+    // Last: nothing of the sandbox runs any more, so its host ids can go to the next one.
+    if (!handle.id_claims_dir.empty() && !handle.sandbox_id.empty()) {
+        IdClaims(handle.id_claims_dir).release(handle.ids.host_base, handle.sandbox_id);
     }
 }
 

@@ -32,6 +32,7 @@
 #include "guest_network.hpp"
 #include "loopback_namespace.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/host_budgets.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
 #include "owner_watch.hpp"
@@ -288,6 +289,9 @@ void report(std::string_view line) {
             ::setresuid(0, 0, 0) != 0) {
             throw SystemError(errno, "becoming root of the sandbox's user namespace");
         }
+        // As the namespace's root, before any capability is dropped; the host's /proc still
+        // names this user namespace's limits (they follow the writer, not the mount).
+        write_user_namespace_limits(config.budgets.namespace_limits);
         enter_root();
         set_hostname(config.hostname);
         bring_up_loopback();
@@ -388,6 +392,8 @@ int supervisor_main(int argc, char** argv) {
                      kConfigFd);
         return 2;
     }
+    // The claim's lock goes to PID 1 with the clone, never to a program it or we execute.
+    ::fcntl(kIdClaimFd, F_SETFD, FD_CLOEXEC);
     try {
         SupervisorConfig config =
             supervisor_config_from_json(json::parse(read_config(argc == 2 ? argv[1] : nullptr)));
@@ -428,10 +434,19 @@ int supervisor_main(int argc, char** argv) {
             }
             namespaces &= ~static_cast<unsigned long>(CLONE_NEWNET);
         }
-        const pid_t child = clone_with_namespaces(namespaces);
-        if (child == 0) {
-            ::close(go[1]);
-            sandbox_init(config, root, listener.get(), cgroups, seccomp, network, go[0]);
+        pid_t child = 0;
+        {
+            // The kernel copies the namespace's whole-sandbox signal and message queue budgets
+            // from its creator's limits at creation; PID 1 inherits all three.
+            const ScopedCreationLimits limits(config.budgets);
+            // Owned by the guest root's host uid, so the sandbox's per-user kernel counts are
+            // charged to its own identity, not to host root (issue 17).
+            child = clone_with_owned_namespaces(namespaces, config.ids.to_host(0),
+                                                config.ids.to_host(0));
+            if (child == 0) {
+                ::close(go[1]);
+                sandbox_init(config, root, listener.get(), cgroups, seccomp, network, go[0]);
+            }
         }
         ::close(go[0]);
         UniqueFd start(go[1]);

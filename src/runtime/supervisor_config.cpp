@@ -138,6 +138,7 @@ json::value to_json(const SupervisorConfig& config) {
     if (!config.owner_pending_label.empty()) {
         out["owner_pending_label"] = config.owner_pending_label;
     }
+    out["budgets"] = config.budgets.to_json();
     return out;
 }
 
@@ -200,6 +201,9 @@ SupervisorConfig supervisor_config_from_json(const json::value& value) {
     }
     if (const auto* label = in.if_contains("owner_pending_label")) {
         config.owner_pending_label = std::string(label->as_string());
+    }
+    if (const auto* budgets = in.if_contains("budgets")) {
+        config.budgets = SandboxBudgets::from_json(*budgets);
     }
     return config;
 }

@@ -73,6 +73,19 @@ TEST(RegistryTest, RecordsRoundTripThroughCreateGetUpdateListAndRemove) {
     EXPECT_THROW(registry.update(record), InvalidArgument);
 }
 
+TEST(RegistryTest, TheSandboxsHostIdRangeRoundTrips) {
+    TempDir temp;
+    Registry registry(temp.path() / "state");
+    auto record = sample_record();
+    EXPECT_FALSE(registry.get(record.id).has_value() && registry.get(record.id)->host_ids);
+    registry.create(record);
+    EXPECT_FALSE(registry.get(record.id)->host_ids);  // none until the launch claims one
+    record.host_ids = SandboxRecord::HostIds{0x70000000u + 65538u, 65536, "/run/maf-sandbox/ids"};
+    registry.update(record);
+    EXPECT_EQ(registry.get(record.id)->host_ids, record.host_ids);
+    EXPECT_EQ(registry.list().at(0).host_ids, record.host_ids);
+}
+
 TEST(RegistryTest, AStaleTemporaryFileFromACrashIsIgnored) {
     TempDir temp;
     Registry registry(temp.path());

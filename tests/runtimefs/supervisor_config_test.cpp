@@ -45,6 +45,38 @@ TEST(SupervisorConfig, RefusesAFilterThatIsNotWholeInstructionsOfHex) {
     }
 }
 
+TEST(SupervisorConfig, CarriesTheSandboxsBudgetsAndIds) {
+    auto config = sample_config();
+    config.ids.host_base = 0x70000000;
+    config.ids.count = 65534;
+    config.budgets.nofile = 481;
+    config.budgets.sigpending = 4096;
+    config.budgets.msgqueue_bytes = 819200;
+    config.budgets.namespace_limits = {{"max_inotify_instances", 128}};
+    const auto back = supervisor_config_from_json(to_json(config));
+    EXPECT_EQ(back.ids.host_base, 0x70000000u);
+    EXPECT_EQ(back.ids.count, 65534u);
+    EXPECT_EQ(back.budgets.nofile, 481u);
+    EXPECT_EQ(back.budgets.sigpending, 4096u);
+    EXPECT_EQ(back.budgets.msgqueue_bytes, 819200u);
+    EXPECT_EQ(back.budgets.namespace_limits, config.budgets.namespace_limits);
+}
+
+TEST(SupervisorConfig, AConfigWithoutBudgetsSetsNoLimitsAsBefore) {
+    auto json = to_json(sample_config());
+    json.as_object().erase("budgets");
+    EXPECT_EQ(supervisor_config_from_json(json).budgets.nofile, 0u);
+}
+
+TEST(SupervisorConfig, ABudgetNamingAnythingButAUserNamespaceLimitIsRefused) {
+    for (const char* bad : {"../../kernel/core_pattern", "max_x/../../y", "core_pattern", ""}) {
+        auto config = sample_config();
+        config.budgets.nofile = 100;
+        config.budgets.namespace_limits = {{bad, 1}};
+        EXPECT_THROW(supervisor_config_from_json(to_json(config)), InvalidArgument) << bad;
+    }
+}
+
 TEST(CgroupPlacement, ALineReadsBackAsTheSamePlacement) {
     const CgroupPlacement placement{
         CgroupLayout::v1,

@@ -151,7 +151,7 @@ TEST_F(SyscallEscape, TheGuestHasNoCapabilitiesAndNoNewPrivileges) {
 TEST_F(SyscallEscape, ASetuidRootBinaryInTheGuestGivesNoPrivilege) {
     // What an image could ship: the probe owned by the guest's root with the setuid bit.
     const auto handle = box_->handle();
-    const uid_t root_uid = runtime::kDefaultIdMapping.to_host(0);
+    const uid_t root_uid = handle.ids.to_host(0);
     runtime::GuestFs root_owned(runtime::open_sandbox_root(handle),
                                 runtime::GuestOwner{root_uid, root_uid});
     root_owned.write("/maf-sandbox/work/suid-probe", slurp(MAF_SECURITY_PROBE), {04755, false});

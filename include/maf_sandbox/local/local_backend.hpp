@@ -20,6 +20,8 @@
 #include "maf_sandbox/core/sandbox.hpp"
 #include "maf_sandbox/core/types.hpp"
 #include "maf_sandbox/runtime/egress.hpp"
+#include "maf_sandbox/runtime/host_budgets.hpp"
+#include "maf_sandbox/runtime/id_ranges.hpp"
 
 namespace maf_sandbox::local {
 
@@ -48,6 +50,15 @@ struct LocalBackendConfig {
     // Operator switches for the egress proxy (a hosts file, private addresses). Only whoever builds
     // the backend sets them (the CLI: EgressOperatorOptions::from_environment()); no spec can.
     runtime::EgressOperatorOptions egress_operator;
+    // Each sandbox's own host identity and its bounds on the host's shared budgets
+    // (docs/SECURITY.md, "Identities and budgets"): the host id pool (nullopt:
+    // $MAF_SANDBOX_ID_POOL or the documented default), the host-wide claim table (empty:
+    // $MAF_SANDBOX_ID_CLAIMS or /run/maf-sandbox/ids) and the budgets (nullopt: the defaults and
+    // their environment variables). A create the host has no room for throws
+    // SandboxCapacityExceeded.
+    std::optional<runtime::IdPool> id_pool;
+    std::filesystem::path id_claims_dir;
+    std::optional<runtime::HostBudgets> budgets;
 };
 
 // What `ls` shows about one sandbox.

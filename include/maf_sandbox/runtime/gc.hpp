@@ -22,11 +22,20 @@ using CleanupHook = std::function<void(const SandboxRecord&)>;
 // first, retried briefly while the kernel still reports it busy).
 void remove_recorded_cgroups(const SandboxRecord& record);
 
+// Releases the record's host id claim (id_claims.hpp), if it has one: call once nothing of the
+// sandbox runs any more. Throws SystemError.
+void release_recorded_ids(const SandboxRecord& record);
+
 struct GcOptions {
     // Runs before the directory and the record are removed; defaults to remove_recorded_cgroups.
     CleanupHook cleanup;
     // A record without a supervisor (pid 0) younger than this is a create in progress: kept.
     std::chrono::seconds creating_grace{60};
+    // The host-wide claim table whose claims nobody holds any more (sandboxes of any state
+    // directory that are gone, whatever killed them) are reclaimed, after whatever still runs in
+    // their cgroups is killed. Empty: default_id_claims_dir(). Off: reclaim_stale_ids = false.
+    std::filesystem::path id_claims_dir;
+    bool reclaim_stale_ids = true;
 };
 
 struct GcReport {
@@ -34,6 +43,7 @@ struct GcReport {
     int alive = 0;
     int reclaimed = 0;            // dead records removed with their leftovers
     int orphan_dirs_removed = 0;  // sandbox directories without a record
+    int id_claims_reclaimed = 0;  // host id claims of sandboxes that are gone
     int failed = 0;
     std::vector<std::string> reclaimed_ids;
     std::vector<std::string> errors;  // one sentence per failure, for logs

@@ -35,6 +35,8 @@ struct IdMapping {
     std::uint32_t span() const noexcept { return count + kServiceIdCount; }
 };
 
+// The one mapping every sandbox shared before each got a slot of the host id pool (id_ranges.hpp):
+// what a handle recorded by an older runtime had. launch_sandbox never hands it out.
 inline constexpr IdMapping kDefaultIdMapping{};
 
 // Every namespace a sandbox gets: user, mount, PID, IPC, UTS, network and cgroup.
@@ -43,6 +45,15 @@ unsigned long sandbox_namespace_flags() noexcept;
 // fork() with namespace flags (raw clone, no new stack: the child continues like a fork child).
 // Throws SystemError.
 pid_t clone_with_namespaces(unsigned long flags);
+
+// As clone_with_namespaces, with CLONE_NEWUSER in `flags`, from a caller running as host root: the
+// new user namespace is owned by host uid `owner` and gid `owner_group` (the kernel takes the
+// creator's effective ids), so every per-user count the sandbox makes (inotify, fanotify, queued
+// signals, message queues, namespaces) is charged to that uid and bounded by its limits, never
+// host root's. Only the effective ids change, for the clone alone: the caller is root again on
+// return, and the child starts with host root's file-system ids, so it still reaches the prepared
+// root through the state directory. Throws SystemError.
+pid_t clone_with_owned_namespaces(unsigned long flags, uid_t owner, gid_t owner_group);
 
 // Writes uid_map and gid_map of `pid` (a child in a new user namespace). Throws SystemError.
 void write_id_maps(pid_t pid, const IdMapping& mapping);

@@ -71,6 +71,15 @@ struct SandboxRecord {
     // removed by gc's default cleanup when the supervisor is dead).
     boost::json::object runtime;
     SupervisorRef supervisor;
+    // The sandbox's host id range and the host-wide claim table holding it (id_claims.hpp), once
+    // the launch has claimed it; gc releases the claim of a sandbox that is gone.
+    struct HostIds {
+        uid_t base = 0;
+        std::uint32_t count = 0;  // guest ids; the service ids follow them
+        std::filesystem::path claims_dir;
+        bool operator==(const HostIds&) const = default;
+    };
+    std::optional<HostIds> host_ids;
     Clock::time_point created_at{};
     Clock::time_point last_used_at{};
     LifecyclePolicy lifecycle;

@@ -21,6 +21,8 @@
 #include "maf_sandbox/runtime/cgroup.hpp"
 #include "maf_sandbox/runtime/egress.hpp"
 #include "maf_sandbox/runtime/exec_protocol.hpp"
+#include "maf_sandbox/runtime/host_budgets.hpp"
+#include "maf_sandbox/runtime/id_ranges.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
 #include "maf_sandbox/runtime/owner.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
@@ -32,9 +34,8 @@ struct SandboxHandle;
 struct SandboxLaunch {
     std::string id;                     // names the cgroups (maf-sbx-<id>)
     std::filesystem::path sandbox_dir;  // exists; the runtime keeps its files here
-    RootPlan mounts;                    // the uid/gid fields are filled in from `ids` and the guest
-    IdMapping ids = kDefaultIdMapping;
-    uid_t guest_uid = 1000;  // inside the user namespace (0 = root inside)
+    RootPlan mounts;                    // the uid/gid fields are filled in from the host ids
+    uid_t guest_uid = 1000;             // inside the user namespace (0 = root inside)
     gid_t guest_gid = 1000;
     std::vector<std::pair<std::string, std::string>> env;  // the guest's whole base environment
     std::string default_cwd = "/";
@@ -56,6 +57,13 @@ struct SandboxLaunch {
     // Pooled: no owner yet, watched for one while its record carries this label.
     std::optional<SandboxOwner> owner;
     std::string owner_pending_label;
+    // The sandbox's own host identity (docs/SECURITY.md, "Identities and budgets"): a slot of
+    // `id_pool` (nullopt: IdPool::from_environment()) claimed in the host-wide table at
+    // `id_claims_dir` (empty: default_id_claims_dir()), admitted against, and bounded by,
+    // `budgets` (nullopt: HostBudgets::from_environment()).
+    std::optional<IdPool> id_pool;
+    std::filesystem::path id_claims_dir;
+    std::optional<HostBudgets> budgets;
 };
 
 // Everything needed to reach a sandbox again, from any process.
@@ -68,6 +76,11 @@ struct SandboxHandle {
     std::vector<std::filesystem::path> cgroups;
     uid_t guest_host_uid = 0;  // the guest user as the host sees it (owner of written files)
     gid_t guest_host_gid = 0;
+    std::string sandbox_id;  // SandboxLaunch::id
+    // The sandbox's host ids and the claim table they are held in (empty: a handle recorded by an
+    // older runtime, whose sandboxes all had kDefaultIdMapping and no claim).
+    IdMapping ids = kDefaultIdMapping;
+    std::filesystem::path id_claims_dir;
 
     // The registry record's `runtime` object ("cgroup_paths" is the key gc understands).
     boost::json::object runtime_json() const;
@@ -75,19 +88,22 @@ struct SandboxHandle {
                                            const boost::json::object& runtime);
 };
 
-// Starts the supervisor detached (own session and process group, already in the sandbox's
-// cgroups; its host-side half is reaped here, and the sandbox's PID 1 belongs to init) and waits
-// until it reports ready (PID 1 serving; the first exec's guest process may still be in
-// preparation). On any failure everything made so far
-// is removed. Throws SandboxCapabilityNotSupported when a limit cannot be enforced here,
-// SystemError when the kernel refuses a step (the message carries the supervisor's reason).
+// Claims the sandbox's host ids, then starts the supervisor detached (own session and process
+// group, already in the sandbox's cgroups; its host-side half is reaped here, and the sandbox's
+// PID 1 belongs to init) and waits until it reports ready (PID 1 serving; the first exec's guest
+// process may still be in preparation). On any failure everything made so far, the claim
+// included, is removed. Throws SandboxCapacityExceeded before anything is made when the host has
+// no room for the sandbox (pid budget, id pool, file share), SandboxCapabilityNotSupported when
+// a limit cannot be enforced here, SystemError when the kernel refuses a step (the message
+// carries the supervisor's reason).
 SandboxHandle launch_sandbox(const SandboxLaunch& launch);
 
 // True while the supervisor runs (pid exists, is not a zombie, start time matches).
 bool sandbox_alive(const SandboxHandle& handle);
 
 // Kills the sandbox's PID 1 (and with it its PID namespace) and waits for it to end, then kills
-// whatever else is in its cgroups, removes the cgroups and the sandbox directory. Idempotent.
+// whatever else is in its cgroups, removes the cgroups and the sandbox directory, and releases
+// its host id claim. Idempotent.
 // Throws SystemError when something could not be removed.
 void destroy_sandbox(const SandboxHandle& handle);
 

@@ -30,6 +30,7 @@
 
 #include "maf_sandbox/runtime/cgroup.hpp"
 #include "maf_sandbox/runtime/egress.hpp"
+#include "maf_sandbox/runtime/host_budgets.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
 #include "maf_sandbox/runtime/owner.hpp"
 
@@ -43,6 +44,9 @@ inline constexpr int kCgroupFd = 4;
 // command line: the sandbox's PID 1 is a fork of the supervisor, so its /proc/1/cmdline would show
 // the guest a host directory (issue 17, item 8).
 inline constexpr int kConfigFd = 5;
+// The fd holding the lock of the sandbox's host id claim (id_claims.hpp): PID 1 keeps it open (it
+// is close-on-exec, so no guest program has it) for as long as the sandbox lives.
+inline constexpr int kIdClaimFd = 6;
 
 // (perf, cold acquire) The sandbox's cgroups, which the launcher creates while the supervisor
 // starts (its exec, its config, and with closed egress its mounts) instead of before: on two
@@ -88,6 +92,9 @@ struct SupervisorConfig {
     // its record carries owner_pending_label until a taker records one there.
     std::optional<SandboxOwner> owner;
     std::string owner_pending_label;
+    // Resource limits and user namespace limits (host_budgets.hpp). Absent from an older
+    // launcher's config: nothing is set, as before.
+    SandboxBudgets budgets;
 };
 
 boost::json::value to_json(const SupervisorConfig& config);
