@@ -161,7 +161,21 @@ pid_t start_driver(const ChaosCgroup& cgroup, const fs::path& state, unsigned se
     return pid;
 }
 
-// Processes on the whole machine whose command line names the state directory (supervisors) or
+// Whether any descriptor of process `pid` names a file beneath `state`. Every supervisor, from its
+// spawn to its sandbox's end, holds the lock of its host id claim, which this test keeps under the
+// state directory (MAF_SANDBOX_ID_CLAIMS): its command line names no host path any more.
+bool holds_file_under(const fs::path& pid_dir, const std::string& state) {
+    std::error_code ec;
+    for (const auto& fd : fs::directory_iterator(pid_dir / "fd", ec)) {
+        std::error_code link_ec;
+        if (fs::read_symlink(fd.path(), link_ec).string().starts_with(state)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// Processes on the whole machine holding a file under the state directory (supervisors) or
 // whose cgroup is beneath the chaos cgroup (guests and execs).
 std::set<pid_t> scan_proc(const fs::path& state, const std::string& cgroup_name) {
     std::set<pid_t> found;
@@ -171,10 +185,9 @@ std::set<pid_t> scan_proc(const fs::path& state, const std::string& cgroup_name)
         if (name.find_first_not_of("0123456789") != std::string::npos) {
             continue;
         }
-        const auto cmdline = slurp(entry.path() / "cmdline");
         const auto cgroups = slurp(entry.path() / "cgroup");
-        if (cmdline.find(state.string()) != std::string::npos ||
-            cgroups.find(cgroup_name) != std::string::npos) {
+        if (cgroups.find(cgroup_name) != std::string::npos ||
+            holds_file_under(entry.path(), state.string())) {
             found.insert(std::stoi(name));
         }
     }
@@ -226,6 +239,12 @@ std::string run_cli(const std::string& args, const fs::path& state) {
 
 TEST(LifecycleChaos, KillNineAtRandomPointsThenGcLeavesNoKernelObjectBehind) {
     TempDir state("maf-sec-chaos");
+    // The drivers, gc and the scan below share a host id table of the test's own.
+    const std::string claims = (state.path() / "ids").string();
+    ASSERT_EQ(::setenv("MAF_SANDBOX_ID_CLAIMS", claims.c_str(), 1), 0);
+    struct UnsetClaims {
+        ~UnsetClaims() { ::unsetenv("MAF_SANDBOX_ID_CLAIMS"); }
+    } unset_claims;
     ChaosCgroup cgroup;
     std::mt19937 random(static_cast<unsigned>(::getpid()));
     std::uniform_int_distribution<int> delay_ms(10, 700);
