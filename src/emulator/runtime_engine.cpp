@@ -7,6 +7,7 @@
 
 #include "engine.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/types.hpp"
 #include "maf_sandbox/runtime/cgroup.hpp"
 #include "maf_sandbox/runtime/images.hpp"
 #include "maf_sandbox/runtime/sandbox_process.hpp"
@@ -96,7 +97,10 @@ class RuntimeEngine final : public SandboxEngine {
         launch.id = hex;
         launch.sandbox_dir = dir_ / "sandboxes" / hex;
         std::filesystem::create_directories(launch.sandbox_dir);
-        launch.mounts = runtime::root_plan_for(plan, {});
+        // The runtime's own directory is the guest root's (the host image ships it owned by an id
+        // no sandbox maps), so the file plane, acting as the guest's root, can create beside it;
+        // the ACAS backend's storage base is made there.
+        launch.mounts = runtime::root_plan_for(plan, {kDefaultWorkDir});
         launch.mounts.layer_mount_point = dir_ / "mnt";  // shared, as the local backend's
         // The built-in image runs as root inside its user namespace, as the service's prebuilt
         // images do; an imported image keeps its configured USER.

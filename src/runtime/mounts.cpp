@@ -145,7 +145,19 @@ void make_guest_dir(int tree, std::string_view dir, const GuestOwner& root,
                     const GuestOwner& user) {
     const auto parent = fs::path(dir).parent_path().string();
     on_image_path(dir, "a directory", [&] {
-        GuestFs(duplicate(tree), root).mkdirs(parent.empty() ? "/" : parent);
+        // The work directory's parent (/maf-sandbox) belongs to the guest's root, even where the
+        // image ships it owned by an id the sandbox does not map (the host image's skeleton is
+        // host root's): the file plane acts as the guest's root and must be able to create
+        // beside the work directory. fchown on the descriptor copies it up into the sandbox's
+        // own layer; the image's copy is untouched.
+        const auto parent_dir =
+            GuestFs(duplicate(tree), root).make_directory(parent.empty() ? "/" : parent);
+        struct stat info {};
+        if (!parent.empty() && parent != "/" && ::fstat(parent_dir.get(), &info) == 0 &&
+            (info.st_uid != root.uid || info.st_gid != root.gid) &&
+            ::fchown(parent_dir.get(), root.uid, root.gid) != 0) {
+            throw SystemError(errno, fmt::format("handing '{}' to the guest's root", parent));
+        }
         GuestFs(duplicate(tree), user).mkdirs(dir);
     });
 }
