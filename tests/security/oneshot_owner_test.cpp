@@ -171,18 +171,26 @@ TEST(OneShotOwner, APooledRunsSandboxDiesWithItsFrontEnd) {
     }
 }
 
-// The owner watch of a sandbox, found by its name and the sandbox's config on its command line.
+// The owner watch of a sandbox: a process named maf-sbx-owner holding the sandbox's host id claim
+// (inherited from the supervisor), a file that names the sandbox. No host path or sandbox id is on
+// its command line any more.
 std::vector<pid_t> owner_watches_of(const SandboxRecord& record) {
     std::vector<pid_t> found;
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator("/proc", ec)) {
         const auto name = entry.path().filename().string();
-        if (name.find_first_not_of("0123456789") != std::string::npos) {
+        if (name.find_first_not_of("0123456789") != std::string::npos ||
+            slurp(entry.path() / "comm") != "maf-sbx-owner\n") {
             continue;
         }
-        if (slurp(entry.path() / "comm") == "maf-sbx-owner\n" &&
-            slurp(entry.path() / "cmdline").find(record.id) != std::string::npos) {
-            found.push_back(std::stoi(name));
+        std::error_code fd_ec;
+        for (const auto& fd : fs::directory_iterator(entry.path() / "fd", fd_ec)) {
+            std::error_code type_ec;
+            if (fs::is_regular_file(fd.path(), type_ec) &&
+                slurp(fd.path()).starts_with(record.id + "\n")) {
+                found.push_back(std::stoi(name));
+                break;
+            }
         }
     }
     return found;
