@@ -66,8 +66,9 @@ int openat2_in_root(int root, const std::string& path, int flags, mode_t mode = 
         case EACCES:
         case EPERM:
             // The guest's own permissions (this runs as its root): e.g. /proc/1/root of its
-            // PID 1, which is not dumpable.
-            throw PlaneError{403, "PermissionDenied",
+            // PID 1, which is not dumpable. 400, not 403: ACAS clients read a 403 as a role
+            // assignment still propagating and retry it for minutes.
+            throw PlaneError{400, "PermissionDenied",
                              fmt::format("Permission denied while {} '{}'.", doing, path)};
         case ENOSPC:
         case EDQUOT:
@@ -132,7 +133,7 @@ std::optional<std::uint64_t> dev_mount() {
 }
 
 [[noreturn]] void not_allowed(std::string_view path) {
-    throw PlaneError{403, "PathNotAllowed",
+    throw PlaneError{400, "PathNotAllowed",
                      fmt::format("'{}' is (or goes through) the sandbox's /proc, /sys or /dev, or "
                                  "is a device, which the file API does not reach; use "
                                  "executeShellCommand for those.",
@@ -429,13 +430,14 @@ std::string stat(const std::string& path) {
         if (!dir) {
             fail_errno(errno == ENOTDIR ? ENOENT : errno, path, "stat");
         }
-        require_guest_file(dir.get(), path);
+        // No kernel-file-system check here: stat describes one entry, as the guest's root sees
+        // it, and reads or writes nothing. Clients walk a path's ancestors by stat (the ACAS
+        // backend's link check), so /proc itself and /proc/self must be describable.
         // The final component itself, a link included (described, not followed).
         UniqueFd fd(::openat(dir.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
         if (!fd) {
             fail_errno(errno, path, "stat");
         }
-        require_guest_file(fd.get(), path);
         if (::fstat(fd.get(), &st) != 0) {
             fail_errno(errno, path, "stat");
         }

@@ -92,7 +92,9 @@ TEST(Limits, ForkBombIsContainedAndTheHostStaysResponsive) {
     EXPECT_LT(worst, 2500ms) << "spawning on the host took " << worst.count()
                              << " ms during the bomb";
     const auto pids = sandbox.sh("cat /proc/[0-9]*/comm | wc -l");
-    EXPECT_LT(std::stoi(pids.stdout_head), 8) << "the bomb's processes survived the timeout";
+    // PID 1, the exec's handler and shell, cat, wc, and up to two spare handlers with their
+    // prepared guests: 9 at most. The bomb's processes would be dozens.
+    EXPECT_LT(std::stoi(pids.stdout_head), 10) << "the bomb's processes survived the timeout";
 }
 
 TEST(Limits, OutputOverTheCapIsDrainedCountedAndNeverBuffered) {

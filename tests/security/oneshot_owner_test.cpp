@@ -171,10 +171,10 @@ TEST(OneShotOwner, APooledRunsSandboxDiesWithItsFrontEnd) {
     }
 }
 
-// The owner watch of a sandbox: a process named maf-sbx-owner holding the sandbox's host id claim
-// (inherited from the supervisor), a file that names the sandbox. No host path or sandbox id is on
-// its command line any more.
-std::vector<pid_t> owner_watches_of(const SandboxRecord& record) {
+// The owner watch of a sandbox: a process named maf-sbx-owner holding a pidfd on the sandbox's
+// owner (its fdinfo names the owner's pid). No host path or sandbox id is on its command line.
+std::vector<pid_t> owner_watches_of(pid_t owner) {
+    const std::string wanted = fmt::format("Pid:\t{}\n", owner);
     std::vector<pid_t> found;
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator("/proc", ec)) {
@@ -184,10 +184,8 @@ std::vector<pid_t> owner_watches_of(const SandboxRecord& record) {
             continue;
         }
         std::error_code fd_ec;
-        for (const auto& fd : fs::directory_iterator(entry.path() / "fd", fd_ec)) {
-            std::error_code type_ec;
-            if (fs::is_regular_file(fd.path(), type_ec) &&
-                slurp(fd.path()).starts_with(record.id + "\n")) {
+        for (const auto& info : fs::directory_iterator(entry.path() / "fdinfo", fd_ec)) {
+            if (slurp(info.path()).find(wanted) != std::string::npos) {
                 found.push_back(std::stoi(name));
                 break;
             }
@@ -211,7 +209,7 @@ TEST(OneShotOwner, GcReclaimsAOneShotSandboxWhoseOwnerIsGoneWhenNoWatchGotToIt) 
     EXPECT_TRUE(Registry::is_alive(*record));
 
     // The watch is lost (killed, as a host-wide `kill -9` or an OOM kill might), then the owner.
-    const auto watches = owner_watches_of(*record);
+    const auto watches = owner_watches_of(front_end);
     ASSERT_EQ(watches.size(), 1u) << "expected one owner watch for the sandbox";
     ::kill(watches[0], SIGKILL);
     kill_and_reap(front_end);
