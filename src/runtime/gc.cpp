@@ -11,8 +11,8 @@
 #include "fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/cgroup.hpp"
-#include "maf_sandbox/runtime/owner.hpp"
 #include "maf_sandbox/runtime/id_claims.hpp"
+#include "maf_sandbox/runtime/owner.hpp"
 
 namespace maf_sandbox::runtime {
 
