@@ -24,13 +24,15 @@ constexpr const char* kUsage = R"(usage:
   acas-emulator serve --listen 127.0.0.1:PORT --state-dir DIR
                       [--tls-cert FILE --tls-key FILE | --self-signed] [--token TOKEN]
                       [--public-metrics]
-                      [--alias NAME=IMAGE]... [--page-size N]
+                      [--alias NAME=IMAGE]... [--page-size N] [--deleting-ms N]
                       [--fault-429-rate P] [--fault-retry-after-ms N] [--fault-403-first N]
                       [--fault-403-ms N] [--fault-5xx-rate P] [--fault-latency-ms N]
                       [--fault-create-delay-ms N] [--fault-drop-rate P] [--fault-seed N]
                       [--fault-only "METHOD /path/{id}/..."]
   acas-emulator images add ARCHIVE --ref REGISTRY/REPO:TAG --state-dir DIR
 
+--deleting-ms: how long a deleted sandbox stays listed as Deleting before GET answers 404
+(default 2000).
 The first line on stdout is `listening on https://HOST:PORT`; logs go to stderr.
 Faults can also be read and replaced while serving: GET/PUT /admin/faults (JSON; the same
 bearer token as the data plane). GET /metrics needs that token too, unless --public-metrics.
@@ -128,6 +130,12 @@ int serve(Args args) {
         } else if (flag == "--page-size") {
             options.default_page_size =
                 std::max<std::uint64_t>(1, parse_count(flag, args.value(flag)));
+        } else if (flag == "--deleting-ms") {
+            const auto ms = parse_count(flag, args.value(flag));
+            if (ms > 24ull * 3600 * 1000) {
+                usage_error("--deleting-ms must be at most a day (86400000)");
+            }
+            options.deleting_retention = std::chrono::milliseconds(ms);
         } else if (flag == "--fault-429-rate") {
             options.faults.rate_429 = parse_rate(flag, args.value(flag));
         } else if (flag == "--fault-403-first") {

@@ -27,7 +27,9 @@
 #include "body_checks.hpp"
 #include "egress_policy.hpp"
 #include "engine.hpp"
+#include "field_support.hpp"
 #include "file_plane.hpp"
+#include "guest_path.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/utf8.hpp"
 #include "maf_sandbox/net/http_server.hpp"
@@ -799,6 +801,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 }
             }
         }
+        refuse_unsupported_create_fields(body);
         check_create_body(body);
         check_resources(body);
         const auto image = resolve_source(body, group);
@@ -914,23 +917,49 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             executor,
             [self, id, handle]() -> Task<void> {
                 json::object h = handle;
-                if (h.empty()) {
-                    if (auto doc = self->store.sandbox(id)) {
+                double deleting_since = unix_now();
+                if (auto doc = self->store.sandbox(id)) {
+                    if (h.empty()) {
                         h = doc->handle;
                     }
+                    deleting_since = doc->state_since;
                 }
                 if (!h.empty()) {
                     try {
-                        auto job2 = [self, h]() { self->engine->destroy(h); };
+                        auto job2 = [self, h]() {
+                            self->thaw_for_delete(h);
+                            self->engine->destroy(h);
+                        };
                         co_await self->offload(job2);
                     } catch (const std::exception& e) {
                         self->logger->error("deleting sandbox {}: {}", id, e.what());
                     }
                 }
+                // As the service does, the sandbox stays listed as Deleting for a while
+                // (--deleting-ms), during which a repeated DELETE succeeds; then GET is 404.
+                const double left_ms =
+                    (deleting_since - unix_now()) * 1000.0 +
+                    static_cast<double>(self->options.deleting_retention.count());
+                if (left_ms > 0) {
+                    co_await self->sleep_ms(static_cast<std::uint64_t>(left_ms));
+                }
                 self->store.erase(id);
                 self->logger->info("sandbox {} deleted", id);
             },
             asio::detached);
+    }
+
+    // A frozen guest (Stopped, Suspended) cannot act on the SIGTERM that ends PID 1, so the
+    // runtime waited out its 5 s grace before SIGKILL, and a v1 freezer holds even SIGKILL: the
+    // guest is thawed first. Under freeze_mutex, so a stop racing the delete cannot freeze it
+    // again (apply_freeze skips a Deleting sandbox).
+    void thaw_for_delete(const json::object& handle) {
+        std::lock_guard lock(freeze_mutex);
+        try {
+            engine->freeze(handle, false);
+        } catch (const std::exception& e) {
+            logger->debug("thawing before delete: {}", e.what());  // gone or never frozen
+        }
     }
 
     HttpResponse delete_sandbox(const std::string& id) {
@@ -1032,6 +1061,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         const bool lifecycle = std::string_view(field) == "lifecycle";
         // Stored and echoed by every later GET and list: checked field by field first.
         if (lifecycle) {
+            refuse_unsupported_lifecycle_fields(body, "");
             check_lifecycle(body, "");
         } else {
             check_egress_policy(body, "");
@@ -1080,6 +1110,9 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
 
     Task<HttpResponse> execute(const std::string& id, const HttpRequest& request) {
         const auto body = parse_object_body(request.body, false);
+        // No timeout, env, user or stdin fields exist (reference 4.4): refused, not ignored.
+        refuse_unknown_fields(body, {"command", "workingDirectory"},
+                              "the executeShellCommand body");
         const auto* command = body.if_contains("command");
         if (command == nullptr || !command->is_string()) {
             throw Problem{400, "One or more validation errors occurred.",
@@ -1106,7 +1139,14 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 std::chrono::duration_cast<std::chrono::milliseconds>(kExecServerTimeout),
                 kExecOutputCeiling);
         };
-        const auto result = co_await offload(job3);
+        EngineExec result;
+        try {
+            result = co_await offload(job3);
+        } catch (const UnusableWorkingDirectory& e) {
+            // The caller's mistake, as the service would answer it: never a 5xx, which every
+            // client retries (one call became four).
+            throw Problem{400, "InvalidWorkingDirectory", e.what()};
+        }
         const bool overflow =
             result.stdout_total > kExecOutputCeiling || result.stderr_total > kExecOutputCeiling;
         std::string out = result.stdout_head;
@@ -1134,13 +1174,19 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             FilePlane plane(authority);
             return fn(plane);
         };
+        if (query.get("containerName")) {
+            throw Problem{400, kFieldNotSupported,
+                          "'containerName' is not implemented by acas-emulator (a sandbox has one "
+                          "container); remove the query parameter"};
+        }
         const auto path_param = [&]() {
             auto p = query.get("path");
             if (!p || p->empty()) {
                 throw Problem{400, "One or more validation errors occurred.",
                               "The 'path' query parameter is required."};
             }
-            return *p;
+            // A relative path names what a command run from the working directory sees.
+            return resolve_guest_path(*p);
         };
         if (endpoint == Endpoint::files_read) {
             const auto path = path_param();
@@ -1216,11 +1262,13 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         }
         if (endpoint == Endpoint::files_mkdir) {
             const auto body = parse_object_body(request.body, false);
-            const auto path = string_field(body, "path");
-            if (path.empty()) {
+            refuse_unknown_fields(body, {"path"}, "the files/mkdir body");
+            const auto given = string_field(body, "path");
+            if (given.empty()) {
                 throw Problem{400, "One or more validation errors occurred.",
                               "'path' is required."};
             }
+            const auto path = resolve_guest_path(given);
             auto job10 = [with_plane, path]() {
                 with_plane([&](FilePlane& p) {
                     p.mkdir(path);
@@ -1299,6 +1347,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
 
     HttpResponse create_disk_image(const HttpRequest& request, const std::string& group) {
         const auto body = parse_object_body(request.body, false);
+        refuse_unsupported_disk_image_fields(body);
         std::string base;
         if (const auto* image = body.if_contains("image"); image != nullptr && !image->is_null()) {
             if (!image->is_object()) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,12 @@ struct LaunchRequest {
     // What the sandbox's egressPolicy compiles to (egress_policy.cpp); the operator switches
     // (MAF_SANDBOX_EGRESS_*) come from the emulator's own environment.
     runtime::EgressPolicy egress;
+};
+
+// exec's working directory does not exist, is not a directory, or the image's user may not enter
+// it: the caller's mistake, answered 400 (never a 5xx, which clients retry).
+struct UnusableWorkingDirectory : std::runtime_error {
+    using std::runtime_error::runtime_error;
 };
 
 struct EngineExec {
@@ -65,7 +72,8 @@ class SandboxEngine {
     // Runs `command` with sh -c as the image's user, in `cwd` ("" = the image's default), with
     // the service's semantics: it answers at EOF of the command's stdout and stderr (a background
     // child holding them is waited for, within `timeout`), and a stream passing
-    // `max_output_bytes` kills the command's tree.
+    // `max_output_bytes` kills the command's tree. Throws UnusableWorkingDirectory when `cwd`
+    // cannot be entered.
     virtual EngineExec exec(const boost::json::object& handle, const std::string& command,
                             const std::string& cwd, std::chrono::milliseconds timeout,
                             std::uint64_t max_output_bytes) = 0;

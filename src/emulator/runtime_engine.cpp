@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "engine.hpp"
+#include "guest_path.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/types.hpp"
 #include "maf_sandbox/runtime/cgroup.hpp"
@@ -116,7 +117,8 @@ class RuntimeEngine final : public SandboxEngine {
             launch.env.emplace_back(k, v);
         }
         // The service's default exec directory is unknown; "/" always exists (docs/emulator.md).
-        launch.default_cwd = "/";
+        // Relative file-plane paths resolve against the same directory (guest_path.hpp).
+        launch.default_cwd = kGuestWorkingDirectory;
         launch.hostname = "sandbox";
         launch.limits.pids = sandbox_pids();
         launch.limits.memory_bytes = request.memory_bytes;
@@ -167,6 +169,12 @@ class RuntimeEngine final : public SandboxEngine {
         call.wait_for_output_eof = true;
         call.kill_past_output_cap = true;
         const auto reply = runtime::exec_in_sandbox(handle_of(handle), call);
+        // The runtime names a working directory its exec could not enter in this form
+        // (exec_server.cpp); any other failure is the emulator's.
+        if (reply.status == runtime::ExecStatus::failed &&
+            reply.message.starts_with("the working directory ")) {
+            throw UnusableWorkingDirectory(reply.message);
+        }
         if (reply.status == runtime::ExecStatus::failed) {
             throw Error(fmt::format("the sandbox could not run the command: {}", reply.message));
         }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -59,6 +60,10 @@ struct EmulatorOptions {
     std::map<std::string, std::string> aliases;  // catalogue name -> local image ("host", ...)
     FaultOptions faults;
     std::size_t default_page_size = 100;
+    // How long a deleted sandbox stays visible as Deleting (GET, list, a repeated DELETE 202)
+    // before GET answers 404: the service keeps it a while too (reference 4.3). Counted from the
+    // DELETE; if ending the sandbox takes longer, it is gone once that is done.
+    std::chrono::milliseconds deleting_retention{2000};
     std::size_t worker_threads = 16;  // blocking runtime work (launch, exec, files)
 };
 
