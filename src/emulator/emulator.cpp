@@ -38,6 +38,7 @@
 #include "registry_standin.hpp"
 #include "routing.hpp"
 #include "state_store.hpp"
+#include "unsupported_routes.hpp"
 
 namespace maf_sandbox::emulator {
 namespace asio = boost::asio;
@@ -523,6 +524,10 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 co_return disk_images(request, route, group);
             default:
                 break;
+        }
+        if (const auto operation = unsupported_route(request.method, route.rest)) {
+            throw Problem{501, kRouteNotSupported,
+                          fmt::format("'{}' is not implemented by acas-emulator.", *operation)};
         }
         throw Problem{404, "NotFound", "No data-plane route matches this path."};
     }

@@ -3,8 +3,10 @@
 // against the working directory, a deleted sandbox stays Deleting for a while, deleting a stopped
 // sandbox does not wait out its frozen guest, and every request field is either implemented and
 // echoed or refused by name (docs/emulator.md, "Fields and routes").
+#include <algorithm>
 #include <chrono>
 #include <thread>
+#include <tuple>
 
 #include "emulator_fixture.hpp"
 
@@ -293,6 +295,41 @@ TEST_F(EmulatorParity, UnknownExecMkdirAndQueryFieldsAreRefusedByName) {
                            "mode", "mkdir mode");
     expect_refused_by_name(sdk_.call("GET", s + "/files/stat", {}, "path=/tmp&containerName=main"),
                            "containerName", "containerName");
+}
+
+// The reference's routes the emulator does not serve answer 501 naming the operation (never
+// retried by azure-core), not the 404 a client reads as "no such sandbox or snapshot".
+TEST_F(EmulatorParity, ReferenceRoutesTheEmulatorDoesNotServeAre501NamingTheOperation) {
+    const auto id = running_sandbox();
+    const std::vector<std::tuple<std::string, std::string, std::string>> routes{
+        {"POST", "/sandboxes/" + id + "/snapshot", "POST /sandboxes/{id}/snapshot"},
+        {"POST", "/sandboxes/" + id + "/commit", "POST /sandboxes/{id}/commit"},
+        {"POST", "/sandboxes/" + id + "/ports/add", "POST /sandboxes/{id}/ports/add"},
+        {"PUT", "/sandboxes/" + id + "/ports", "PUT /sandboxes/{id}/ports"},
+        {"POST", "/sandboxes/" + id + "/volumes/add", "POST /sandboxes/{id}/volumes/add"},
+        {"GET", "/sandboxes/" + id + "/egress-decisions", "GET /sandboxes/{id}/egress-decisions"},
+        {"GET", "/sandboxes/" + id + "/stats", "GET /sandboxes/{id}/stats"},
+        {"POST", "/sandboxes/" + id + "/enable", "POST /sandboxes/{id}/enable"},
+        {"GET", "/snapshots", "GET /snapshots"},
+        {"DELETE", "/snapshots/abc", "DELETE /snapshots/{id}"},
+        {"GET", "/volumes", "GET /volumes"},
+        {"PUT", "/secrets/s1", "PUT /secrets/{id}"},
+        {"POST", "/secrets/s1/peek", "POST /secrets/{id}/peek"},
+    };
+    for (const auto& [method, path, operation] : routes) {
+        const auto r = sdk_.call(method, path, method == "GET" ? "" : "{}");
+        EXPECT_EQ(r.status, 501) << method << " " << path << ": " << r.body;
+        EXPECT_EQ(r.headers.get("content-type").value_or(""), "application/problem+json");
+        const auto body = SdkClient::body(r).as_object();
+        EXPECT_EQ(body.at("title").as_string(), "RouteNotSupported") << r.body;
+        EXPECT_TRUE(std::string(body.at("detail").as_string()).starts_with("'" + operation))
+            << r.body;
+    }
+    // A path no reference route has is still a plain 404.
+    EXPECT_EQ(sdk_.call("GET", "/sandboxes/" + id + "/nothing-here").status, 404);
+    // And the sandbox is untouched by any of it.
+    EXPECT_EQ(SdkClient::body(sdk_.call("GET", "/sandboxes/" + id)).at("state").as_string(),
+              "Running");
 }
 
 }  // namespace
