@@ -116,7 +116,7 @@ void refuse_unsupported_create_fields(const json::object& body) {
         }
         const auto unimplemented = std::find_if(
             std::begin(kUnimplementedCreateFields), std::end(kUnimplementedCreateFields),
-            [&](const Unimplemented& u) { return u.key == key; });
+            [&](const Unimplemented& u) { return u.key == std::string_view(key); });
         if (unimplemented != std::end(kUnimplementedCreateFields)) {
             if (!asks_for_nothing(value)) {
                 refuse(std::string(key), unimplemented->why);
