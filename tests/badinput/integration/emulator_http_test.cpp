@@ -471,18 +471,32 @@ TEST_F(EmulatorBadInput, RequestTextNeverReachesTheMetrics) {
 
 // A path through a /proc magic link (ELOOP under RESOLVE_NO_MAGICLINKS) is a 400 InvalidPath, and
 // a refusal quoting a non-UTF-8 path or image name is still valid JSON (U+FFFD for bad bytes).
+// A relative path names an entry of the working directory, "/" (docs/emulator.md): a missing one
+// is a JSON 404, and writing one creates that entry of "/" (an overlong-UTF-8 "slash" is part of
+// the name, not a traversal).
 TEST_F(EmulatorBadInput, MagicLinkAndNonUtf8PathsAreJson4xx) {
     const std::string files = "/sandboxes/" + *sandbox_ + "/files";
     for (const auto* path : {"/proc/1/root/etc/passwd", "%FF%FE", "..%C0%AF..%C0%AFetc"}) {
+        const bool relative = path[0] != '/';
         for (const auto& op : {std::string(), std::string("/stat"), std::string("/list")}) {
             expect_json_4xx(call("GET", files + op, {}, "", std::string("path=") + path),
                             "GET " + op + path);
         }
-        expect_json_4xx(
-            call("PUT", files, "x", "application/octet-stream", std::string("path=") + path),
-            std::string("PUT ") + path);
-        expect_json_4xx(call("DELETE", files, {}, "", std::string("path=") + path),
-                        std::string("DELETE ") + path);
+        const auto put =
+            call("PUT", files, "x", "application/octet-stream", std::string("path=") + path);
+        if (relative) {
+            EXPECT_EQ(put.status, 200) << path << ": " << put.body.substr(0, 200);
+            // The entry of "/" so named holds the bytes.
+            const auto absolute = call("GET", files, {}, "", std::string("path=%2F") + path);
+            EXPECT_EQ(absolute.status, 200) << path << ": " << absolute.body.substr(0, 200);
+            EXPECT_EQ(absolute.body, "x") << path;
+            EXPECT_EQ(call("DELETE", files, {}, "", std::string("path=") + path).status / 100, 2)
+                << path;
+        } else {
+            expect_json_4xx(put, std::string("PUT ") + path);
+            expect_json_4xx(call("DELETE", files, {}, "", std::string("path=") + path),
+                            std::string("DELETE ") + path);
+        }
     }
     expect_json_4xx(call("GET", "/diskimages/public/%FF%FE"), "a non-UTF-8 image name");
     // A missing absolute non-UTF-8 path is a 404 quoting it; a guest file so named lists as JSON.
