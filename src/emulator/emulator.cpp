@@ -1069,6 +1069,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             refuse_unsupported_lifecycle_fields(body, "");
             check_lifecycle(body, "");
         } else {
+            refuse_unsupported_egress_fields(body, "");
             check_egress_policy(body, "");
             checked_egress(body);  // validated; a running sandbox keeps its enforced policy
         }

@@ -175,6 +175,10 @@ void refuse_unsupported_create_fields(const json::object& body) {
             }
         }
     }
+    if (const auto* policy = body.if_contains("egressPolicy");
+        !absent(policy) && policy->is_object()) {
+        refuse_unsupported_egress_fields(policy->as_object(), "egressPolicy");
+    }
     if (const auto* lifecycle = body.if_contains("lifecycle");
         !absent(lifecycle) && lifecycle->is_object()) {
         refuse_unsupported_lifecycle_fields(lifecycle->as_object(), "lifecycle");
@@ -239,6 +243,24 @@ void refuse_unsupported_lifecycle_fields(const json::object& lifecycle, const st
                 refuse_unknown(join(policy, key), where);
             }
         }
+    }
+}
+
+void refuse_unsupported_egress_fields(const json::object& policy, const std::string& field) {
+    constexpr std::string_view where = "an egress policy";
+    for (const auto& [key, value] : policy) {
+        if (!is_one_of(key, {"defaultAction", "trafficInspection", "hostRules", "rules"})) {
+            refuse_unknown(join(field, key), where);
+        }
+        (void)value;
+    }
+    const auto* rules = policy.if_contains("hostRules");
+    if (absent(rules) || !rules->is_array()) {
+        return;
+    }
+    for (std::size_t i = 0; i < rules->as_array().size(); ++i) {
+        only_keys(&rules->as_array()[i], fmt::format("{}[{}]", join(field, "hostRules"), i),
+                  {"pattern", "action"}, where);
     }
 }
 

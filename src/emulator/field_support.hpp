@@ -29,6 +29,10 @@ void refuse_unsupported_create_fields(const boost::json::object& body);
 void refuse_unsupported_lifecycle_fields(const boost::json::object& lifecycle,
                                          const std::string& field);
 
+// An egress policy's keys: defaultAction, trafficInspection, hostRules[{pattern, action}] and
+// rules (whose entries body_checks.hpp shapes). `field` is where it sits ("egressPolicy" or "").
+void refuse_unsupported_egress_fields(const boost::json::object& policy, const std::string& field);
+
 // The disk-image create body (reference 4.1 row 27): image{base}, labels, name,
 // managedIdentityResourceId and registryCredentials{username,token}; a non-empty
 // image.entrypoint or image.cmd is refused (the emulator never runs an image's entrypoint).

@@ -190,6 +190,9 @@ TEST_F(EmulatorParity, CreateFieldsTheEmulatorDoesNotImplementAreRefusedByName) 
         {"sourcesRef.diskImage.tag", R"("sourcesRef":{"diskImage":{"name":"host","tag":"x"}})"},
         {"lifecycle.autoDeletePolicy.deleteIntervalSeconds",
          R"("lifecycle":{"autoDeletePolicy":{"enabled":true,"deleteIntervalSeconds":60}})"},
+        {"egressPolicy.hostRules[0].ports",
+         R"("egressPolicy":{"defaultAction":"Deny","hostRules":[{"pattern":"a.example","action":"Allow","ports":[8443]}]})"},
+        {"egressPolicy.allowAll", R"("egressPolicy":{"defaultAction":"Deny","allowAll":true})"},
         {"anotherField", R"("anotherField":1)"},
     };
     for (const auto& [field, fragment] : cases) {
@@ -284,7 +287,7 @@ TEST_F(EmulatorParity, LifecycleHonoursDeleteIntervalInSecondsAndRefusesTheMissp
     EXPECT_GE(seconds_until_gone(id, stopped), 1.0);
 }
 
-TEST_F(EmulatorParity, UnknownExecMkdirAndQueryFieldsAreRefusedByName) {
+TEST_F(EmulatorParity, UnknownExecMkdirEgressAndQueryFieldsAreRefusedByName) {
     const auto id = running_sandbox();
     const std::string s = "/sandboxes/" + id;
     expect_refused_by_name(sdk_.call("POST", s + "/executeShellCommand",
@@ -294,6 +297,9 @@ TEST_F(EmulatorParity, UnknownExecMkdirAndQueryFieldsAreRefusedByName) {
               "never-ran\n");
     expect_refused_by_name(sdk_.call("POST", s + "/files/mkdir", R"({"path":"/tmp/m","mode":7})"),
                            "mode", "mkdir mode");
+    expect_refused_by_name(sdk_.call("POST", s + "/egresspolicy",
+                                     R"({"defaultAction":"Deny","bypass":["10.0.0.0/8"]})"),
+                           "bypass", "egress policy key");
     expect_refused_by_name(sdk_.call("GET", s + "/files/stat", {}, "path=/tmp&containerName=main"),
                            "containerName", "containerName");
 }
