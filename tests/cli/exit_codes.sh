@@ -47,7 +47,7 @@ expect_run 125 "full CLI: rm of an unknown id is its own failure" -- "$full" rm 
 expect_run 125 "full CLI: a result it cannot write to stdout is its own failure, not the program's 0" -- \
     sh -c '"$0" "$@" >/dev/full' "$full" "${run[@]}" -- echo lost
 stderr_has "could not be written"
-expect_run 125 "full CLI: a listing it cannot write to stdout fails" -- sh -c '"$0" ls >/dev/full' "$full"
+expect_run 125 "full CLI: a listing it cannot write to stdout fails" -- sh -c '"$0" ls --json >/dev/full' "$full"
 stderr_has "standard output"
 expect_run 0 "full CLI: --help documents the exit statuses" -- "$full" --help
 stdout_has "125"

@@ -97,9 +97,7 @@ OutputSink make_file_system_sink(const std::filesystem::path& root, LandingDispl
 // (created when missing; links in `root`'s own path are the host's choice and followed). Below
 // `root` everything is fd-relative: parents are made with mkdirat and entered with openat2
 // (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV), the bytes go
-// to a new O_EXCL sibling, fsynced and closed (each checked), then renamed over the name and the
-// directory fsynced: a failure at any step removes the sibling, so the name holds the old file or
-// the whole new one, never a part. A link or another mount on the way throws
+// to a new O_EXCL sibling renamed over the name. A link or another mount on the way throws
 // SandboxLandingNotConfined (naming no host path); other failures SandboxOutputError. Returns the
 // destination's path.
 std::filesystem::path land_bytes_beneath(const std::filesystem::path& root, std::string_view name,
