@@ -575,6 +575,11 @@ class Bench {
             {
                 std::ofstream out(host_file, std::ios::binary | std::ios::trunc);
                 out.write(payload.data(), static_cast<std::streamsize>(payload.size()));
+                out.close();
+                if (!out) {
+                    throw SystemError(
+                        errno, fmt::format("writing the baseline file {}", host_file.string()));
+                }
             }
             write_base.push_back(ms_since(start));
             start = Clock::now();
@@ -908,6 +913,7 @@ void add_bench_command(CLI::App& app, Context& context) {
         if (!options->json_file.empty()) {
             std::ofstream out(options->json_file, std::ios::trunc);
             out << json::serialize(result) << "\n";
+            out.close();  // a write the buffer held until now fails here, not unseen at exit
             if (!out) {
                 throw SystemError(errno, fmt::format("writing {}", options->json_file));
             }

@@ -134,7 +134,7 @@ int run_check(const CheckOptions& options, Context& context) {
         input.emplace(read_input(options));
     } catch (const InvalidArgument& e) {
         context.log->error("{}", e.what());
-        return kExitBadInput;
+        return kExitFailed;
     }
 
     try {
@@ -151,7 +151,7 @@ int run_check(const CheckOptions& options, Context& context) {
         return kExitOk;
     } catch (const Error& e) {
         std::cout << fmt::format("refused: {}: {}", e.type_name(), e.what()) << std::endl;
-        return kExitRefused;
+        return kExitNo;
     }
 }
 
@@ -163,7 +163,8 @@ void add_check_command(CLI::App& app, Context& context) {
         "check",
         "Run the router's attach checks for a JSON spec against the named backends' "
         "declarations. Prints 'served by NAME (RUNG)' and exits 0, or prints the refusal's error "
-        "type and message and exits 1; bad input (flags, JSON, unknown names) exits 2.");
+        "type and message and exits 1; bad input (flags, JSON, unknown names) exits 125, as "
+        "every command's own failure does.");
     command
         ->add_option("--spec", options->spec_path,
                      "The spec as JSON (protocol.md 2.5 field names, snake_case; `requires` "

@@ -196,7 +196,7 @@ int run_conformance(const ConformanceOptions& options, Context& context) {
     const bool any_failed = std::any_of(results.begin(), results.end(), [](const auto& result) {
         return result.status == ProbeStatus::failed;
     });
-    return any_failed ? kExitRefused : kExitOk;
+    return any_failed ? kExitNo : kExitOk;
 }
 
 }  // namespace

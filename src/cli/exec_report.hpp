@@ -11,7 +11,8 @@ namespace maf_sandbox::cli {
 
 // Returns the command's exit status.
 int report_exec(const ExecResult& result);
-// Returns the command's exit status, or kExitRefused when it was killed before it exited.
+// Returns the command's exit status, or kExitFailed when it was killed before it exited.
+// Either returns kExitFailed, having said so on stderr, when a stream could not be written in full.
 int report_output_limit(const ExecOutputLimitExceeded& error, std::uint64_t cap);
 
 }  // namespace maf_sandbox::cli

@@ -5,10 +5,8 @@
 
 #include <fmt/format.h>
 #include <boost/json.hpp>
-#include <fstream>
 #include <iostream>
 #include <random>
-#include <sstream>
 
 #include "backends.hpp"
 #include "cli.hpp"
@@ -21,6 +19,7 @@
 #include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/runtime/gc.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
+#include "run_transfers.hpp"
 
 namespace maf_sandbox::cli {
 
@@ -28,6 +27,8 @@ namespace {
 
 constexpr const char* kLocal = "local";
 constexpr const char* kAcas = "acas";
+// The most `run` copies in or out per file, held in memory on the way.
+constexpr std::uint64_t kMaxTransferBytes = 1ull << 30;
 
 struct LocalOptions {
     std::string backend = kLocal;
@@ -219,16 +220,6 @@ std::string random_thread() {
     return fmt::format("run-{:08x}{:08x}", device(), device());
 }
 
-std::string read_host_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw InvalidArgument(fmt::format("cannot read the input file {}; check the path", path));
-    }
-    std::stringstream bytes;
-    bytes << in.rdbuf();
-    return bytes.str();
-}
-
 }  // namespace
 
 void add_local_commands(CLI::App& app, Context& context) {
@@ -240,16 +231,34 @@ void add_local_commands(CLI::App& app, Context& context) {
         add_limit_flags(*command, *options);
         command
             ->add_option("--in", options->inputs,
-                         "HOSTFILE[:GUESTPATH] copied in before the command")
+                         "HOSTFILE[:GUESTPATH] copied in before the command (repeatable; one "
+                         "file, a directory is refused; split at the last ':', so end the value "
+                         "with ':' for a host path holding one)")
             ->allow_extra_args(false);
-        command->add_option("--out", options->outputs, "GUESTPATH copied out after the command")
+        command
+            ->add_option("--out", options->outputs,
+                         "GUESTPATH copied out after the command, under its base name in "
+                         "--out-dir (repeatable; two that would land on one name are refused)")
             ->allow_extra_args(false);
-        command->add_option("--out-dir", options->out_dir, "Where --out files land (default .)");
+        command->add_option("--out-dir", options->out_dir,
+                            "An existing writable directory where --out files land (default .); "
+                            "each lands whole or not at all, and one that cannot land exits 125");
         command->callback([options, &context] {
             for (const auto& arg : options->command) {
                 if (arg.find('\0') != std::string::npos) {
                     throw InvalidArgument("the command contains a NUL byte");
                 }
+            }
+            // Everything about the files that can fail is checked before a sandbox exists.
+            std::vector<std::pair<InputTransfer, std::string>> inputs;
+            for (const auto& value : options->inputs) {
+                auto input = parse_input(value);
+                auto bytes = read_host_input(input, kMaxTransferBytes);
+                inputs.emplace_back(std::move(input), std::move(bytes));
+            }
+            const auto outputs = plan_outputs(options->outputs);
+            if (!outputs.empty()) {
+                require_out_dir(options->out_dir);
             }
             auto backend = open_backend(*options);
             auto router = router_for(backend, *options, context);
@@ -283,20 +292,16 @@ void add_local_commands(CLI::App& app, Context& context) {
                 }
             } cleanup{io, router, *backend, key, context};
             auto sandbox = run_blocking(io, router.acquire(key, SandboxSpec(fields)));
-            for (const auto& input : options->inputs) {
-                const auto colon = input.find(':');
-                const std::string host = input.substr(0, colon);
-                const std::string guest = colon == std::string::npos
-                                              ? std::filesystem::path(host).filename().string()
-                                              : input.substr(colon + 1);
-                run_blocking(io, sandbox->write_file(guest, read_host_file(host), ""));
+            for (auto& [input, bytes] : inputs) {
+                run_blocking(io, sandbox->write_file(input.guest, std::move(bytes), ""));
             }
             context.exit_code = run_in(io, *sandbox, *options);
-            for (const auto& output : options->outputs) {
-                const auto bytes = run_blocking(io, sandbox->read_file(output, "", 1ull << 30));
-                // fd-relative under --out-dir, through no link (core/outputs.hpp).
-                land_bytes_beneath(options->out_dir,
-                                   std::filesystem::path(output).filename().string(), bytes);
+            // An output that cannot land fails the run (125) whatever the program's status: the
+            // caller must not read a missing file as a produced one.
+            for (const auto& output : outputs) {
+                const auto bytes =
+                    run_blocking(io, sandbox->read_file(output.guest, "", kMaxTransferBytes));
+                land_output(options->out_dir, output, bytes);
             }
         });
     }
@@ -387,7 +392,7 @@ void add_local_commands(CLI::App& app, Context& context) {
                                              : local_backend->remove(id);
                 if (!removed) {
                     context.log->error("no sandbox {}", id);
-                    context.exit_code = kExitRefused;
+                    context.exit_code = kExitFailed;
                 }
             }
             if (service) {
@@ -420,7 +425,7 @@ void add_local_commands(CLI::App& app, Context& context) {
             if (purge.undisposed) {
                 context.log->error("the purge is incomplete ({}): {}",
                                    to_string(purge.undisposed->code), purge.undisposed->detail);
-                context.exit_code = kExitRefused;
+                context.exit_code = kExitFailed;
             }
         });
     }
@@ -442,7 +447,7 @@ void add_local_commands(CLI::App& app, Context& context) {
                 context.log->error("{}", error);
             }
             if (report.failed > 0) {
-                context.exit_code = kExitRefused;
+                context.exit_code = kExitFailed;
             }
         });
     }

@@ -1,9 +1,26 @@
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
 #include "cli.hpp"
 #include "maf_sandbox/core/errors.hpp"
+
+namespace {
+
+// A result the caller never receives is a failure: stdout on a full disk, a closed pipe. Both
+// stream layers are flushed and their errors read, or the command would exit 0 having lost it.
+bool stdout_delivered() {
+    std::cout.flush();
+    const bool stream_ok = static_cast<bool>(std::cout);
+    return std::fflush(stdout) == 0 && std::ferror(stdout) == 0 && stream_ok;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
     namespace cli = maf_sandbox::cli;
@@ -16,6 +33,7 @@ int main(int argc, char** argv) {
         "backend cannot honour"};
     app.set_version_flag("--version", std::string("maf-sandbox ") + MAF_SANDBOX_VERSION);
     app.require_subcommand(1);
+    app.footer(cli::kExitStatusHelp);
     cli::add_bench_command(app, context);
     cli::add_check_command(app, context);
     cli::add_conformance_command(app, context);
@@ -25,20 +43,26 @@ int main(int argc, char** argv) {
     cli::add_mcp_command(app, context);
     cli::add_pool_command(app, context);
 
+    int status = cli::kExitFailed;
     try {
         app.parse(argc, argv);
+        status = context.exit_code;
     } catch (const CLI::ParseError& e) {
-        const int status = app.exit(e);
-        return status == 0 ? 0 : cli::kExitBadInput;
+        // --help and --version are ParseErrors that exit 0.
+        status = app.exit(e) == 0 ? cli::kExitOk : cli::kExitFailed;
     } catch (const maf_sandbox::InvalidArgument& e) {
         context.log->error("{}", e.what());
-        return cli::kExitBadInput;
     } catch (const maf_sandbox::Error& e) {
         context.log->error("{}: {}", e.type_name(), e.what());
-        return cli::kExitRefused;
     } catch (const std::exception& e) {
         context.log->error("{}", e.what());
-        return cli::kExitRefused;
     }
-    return context.exit_code;
+    if (!stdout_delivered()) {
+        context.log->error(
+            "writing the result to standard output failed ({}); the result is lost: check the "
+            "file system or pipe standard output goes to",
+            std::strerror(errno));
+        return cli::kExitFailed;
+    }
+    return status;
 }

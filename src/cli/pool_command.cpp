@@ -113,7 +113,7 @@ void add_pool_command(CLI::App& app, Context& context) {
                         reaper.remove(id);
                     } catch (const std::exception& e) {
                         context.log->error("{}", e.what());
-                        context.exit_code = kExitRefused;
+                        context.exit_code = kExitFailed;
                     }
                 }
             }
@@ -126,7 +126,7 @@ void add_pool_command(CLI::App& app, Context& context) {
                 context.log->error(
                     "the pool's settings were written by another version; set them again with "
                     "`maf-sandbox pool set`");
-                context.exit_code = kExitRefused;
+                context.exit_code = kExitFailed;
                 return;
             }
             backend.fill_shared_pool(settings->size, settings->image);

@@ -35,6 +35,12 @@ class Fd {
     }
     int get() const { return fd_; }
     bool valid() const { return fd_ >= 0; }
+    // Closes now, returning close's errno (0 when it succeeded): some file systems report a
+    // failed write-back only here.
+    int close_checked() {
+        const int error = ::close(std::exchange(fd_, -1)) == 0 ? 0 : errno;
+        return error == EINTR ? 0 : error;  // Linux has closed the descriptor either way
+    }
 
   private:
     int fd_;
@@ -89,6 +95,9 @@ fs::path land_bytes_beneath(const fs::path& root, std::string_view name, std::st
     // The landing directory itself is the host's choice (its own links included).
     std::error_code ec;
     fs::create_directories(root, ec);
+    if (ec) {
+        landing_failed(name, "creating the landing directory", ec.value());
+    }
     Fd dir(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!dir.valid()) {
         landing_failed(name, "opening the landing directory", errno);
@@ -116,6 +125,11 @@ fs::path land_bytes_beneath(const fs::path& root, std::string_view name, std::st
     if (!file.valid()) {
         landing_failed(name, "creating the file", errno);
     }
+    // Any failure before the rename takes the staged file back: the name never holds a part.
+    const auto fail = [&](std::string_view doing, int error) {
+        ::unlinkat(dir.get(), staged.c_str(), 0);
+        landing_failed(name, doing, error);
+    };
     std::size_t done = 0;
     while (done < content.size()) {
         const auto n = ::write(file.get(), content.data() + done, content.size() - done);
@@ -123,16 +137,26 @@ fs::path land_bytes_beneath(const fs::path& root, std::string_view name, std::st
             continue;
         }
         if (n <= 0) {
-            const int error = n < 0 ? errno : EIO;
-            ::unlinkat(dir.get(), staged.c_str(), 0);
-            landing_failed(name, "writing the file", error);
+            fail("writing the file", n < 0 ? errno : EIO);
         }
         done += static_cast<std::size_t>(n);
     }
+    // On the disk before it has the name: a crash or a deferred write error never leaves the name
+    // on a file that is shorter than what was reported landed.
+    if (::fsync(file.get()) != 0) {
+        fail("flushing the file to disk", errno);
+    }
+    if (const int error = file.close_checked(); error != 0) {
+        fail("closing the file", error);
+    }
     if (::renameat(dir.get(), staged.c_str(), dir.get(), leaf.c_str()) != 0) {
-        const int error = errno;
-        ::unlinkat(dir.get(), staged.c_str(), 0);
-        landing_failed(name, "renaming the file into place", error);
+        fail("renaming the file into place", errno);
+    }
+    // The rename itself made durable. An O_PATH descriptor cannot be fsynced, so the directory is
+    // reopened (beneath itself, ".") for reading.
+    Fd parent(open_beneath(dir.get(), ".", O_RDONLY | O_DIRECTORY));
+    if (!parent.valid() || ::fsync(parent.get()) != 0) {
+        landing_failed(name, "flushing the landing directory to disk", errno);
     }
     return root / fs::path(text);
 }

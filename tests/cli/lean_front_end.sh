@@ -28,7 +28,7 @@ warm=(exec --backend local --floor container --scope "$scope" --thread t)
 
 expect_run 0 "--version is answered by the front end" -- "$alone" --version
 stdout_is "$("$bin"-cli --version)"
-expect_run 1 "without a full CLI beside it, a command it does not serve says what to reinstall" -- "$alone" ls
+expect_run 125 "without a full CLI beside it, a command it does not serve says what to reinstall" -- "$alone" ls
 stderr_has "maf-sandbox-cli"
 
 expect_run 0 "the first exec of a key creates the sandbox through the full CLI" -- "$bin" "${warm[@]}" -- sh -c 'echo made > /tmp/mark; echo first'
@@ -43,13 +43,13 @@ stdout_is "/"
 expect_run 0 "output past --max-output keeps the head and names the dropped bytes" -- "$alone" "${warm[@]}" --max-output 10 -- sh -c 'head -c 100 /dev/zero | tr "\0" x'
 stdout_is "xxxxxxxxxx"
 stderr_has "90 bytes dropped"
-expect_run 1 "a timeout kills the command and says so" -- "$alone" "${warm[@]}" --timeout 0.5 -- sleep 5
+expect_run 125 "a timeout kills the command and says so" -- "$alone" "${warm[@]}" --timeout 0.5 -- sleep 5
 stderr_has "timeout"
 expect_run 0 "a working directory default is the sandbox's work directory" -- "$alone" "${warm[@]}" -- pwd
 stdout_is "/maf-sandbox/work"
-expect_run 1 "a floor above container goes to the full CLI's refusal" -- "$bin" exec --backend local --scope "$scope" --thread t -- true
+expect_run 125 "a floor above container goes to the full CLI's refusal" -- "$bin" exec --backend local --scope "$scope" --thread t -- true
 stderr_has "--floor container"
-expect_run 2 "a malformed value goes to the full CLI's validation" -- "$bin" "${warm[@]}" --max-output -5 -- true
+expect_run 125 "a malformed value goes to the full CLI's validation" -- "$bin" "${warm[@]}" --max-output -5 -- true
 expect_run 0 "another key is created through the full CLI" -- "$bin" exec --backend local --floor container --scope "$scope" --thread t --kind other -- echo other
 stdout_is "other"
 

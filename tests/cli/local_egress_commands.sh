@@ -36,7 +36,7 @@ done
 expect 0 "closed egress gives the guest no proxy" -- run --floor container -- sh -c 'env'
 stdout_lacks "proxy"
 
-expect 2 "an unknown egress mode is bad input" -- run --floor container --egress open -- true
+expect 125 "an unknown egress mode is bad input" -- run --floor container --egress open -- true
 stderr_has "egress"
 
 keyed=(--floor container --scope "$scope" --thread t --egress allowlist --allow allowed.invalid)
@@ -44,7 +44,7 @@ request='exec 3<>/dev/tcp/127.0.0.1/3128 && printf "GET http://denied.invalid/ H
 expect 0 "a denied host gets 403 from the proxy" -- exec "${keyed[@]}" -- bash -c "$request"
 stdout_has "HTTP/1.1 403"
 
-expect 1 "a different allowlist for the same key is a policy conflict" -- exec --floor container \
+expect 125 "a different allowlist for the same key is a policy conflict" -- exec --floor container \
     --scope "$scope" --thread t --egress allowlist --allow elsewhere.invalid -- true
 stderr_has "EgressPolicyConflict"
 
@@ -55,6 +55,6 @@ stdout_has '"host":"denied.invalid"'
 stdout_has '"allowed":false'
 stdout_has 'not in allowlist'
 
-expect 2 "egress-log of an unknown id is bad input" -- egress-log no-such-sandbox
+expect 125 "egress-log of an unknown id is bad input" -- egress-log no-such-sandbox
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
 echo "all passed"

@@ -122,7 +122,7 @@ std::optional<int> pooled_run(const LeanArgs& args) {
             }
         }
     };
-    int status = kExitRefused;
+    int status = kExitFailed;
     try {
         status = exec_in(*local::handle_of(*taken), work_dir_of(*taken, spec), args);
     } catch (...) {

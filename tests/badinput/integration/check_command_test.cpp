@@ -1,5 +1,6 @@
-// `maf-sandbox check --spec` fed malformed, wrongly typed and oversized spec files: exit code 2 and
-// one short line on stderr naming the field, never a crash, a stack trace or a hang.
+// `maf-sandbox check --spec` fed malformed, wrongly typed and oversized spec files: exit code 125
+// (the CLI's own failure) and one short line on stderr naming the field, never a crash, a stack
+// trace or a hang.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -84,7 +85,7 @@ class CheckBadSpecs : public ::testing::Test {
     void expect_refused(const std::string& content, const std::string& field) {
         const auto outcome = check(content);
         const auto shown = content.substr(0, 80);
-        EXPECT_EQ(outcome.exit_code, 2) << shown << ": " << outcome.stderr_text.substr(0, 300);
+        EXPECT_EQ(outcome.exit_code, 125) << shown << ": " << outcome.stderr_text.substr(0, 300);
         EXPECT_NE(outcome.stderr_text.find(field), std::string::npos)
             << shown << ": stderr does not name '" << field
             << "': " << outcome.stderr_text.substr(0, 300);
@@ -96,7 +97,7 @@ class CheckBadSpecs : public ::testing::Test {
     TempDir dir_;
 };
 
-TEST_F(CheckBadSpecs, MalformedSpecFilesExitTwoNamingTheField) {
+TEST_F(CheckBadSpecs, MalformedSpecFilesExit125NamingTheField) {
     using namespace std::string_literals;
     expect_refused("", "spec");
     expect_refused("{\"kind\":", "spec");
@@ -112,7 +113,7 @@ TEST_F(CheckBadSpecs, MalformedSpecFilesExitTwoNamingTheField) {
     expect_refused(R"({"kind":"k","isolation_scope":"galaxy"})", "isolation_scope");
 }
 
-TEST_F(CheckBadSpecs, OversizedSpecFilesExitTwoWithAShortMessage) {
+TEST_F(CheckBadSpecs, OversizedSpecFilesExit125WithAShortMessage) {
     // Under the 1 MiB bound a large value is parsed and refused naming its field.
     const std::string big(900u << 10, 'x');
     expect_refused(R"({"kind":"k","egress":")" + big + "\"}", "egress");
@@ -122,24 +123,24 @@ TEST_F(CheckBadSpecs, OversizedSpecFilesExitTwoWithAShortMessage) {
     expect_refused("{\"kind\":\"k\"}" + std::string(8u << 20, ' ') + "x", "1 MiB");
 }
 
-TEST_F(CheckBadSpecs, AnEndlessSpecFileExitsTwoPromptly) {
+TEST_F(CheckBadSpecs, AnEndlessSpecFileExits125Promptly) {
     const auto started = std::chrono::steady_clock::now();
     const auto outcome =
         run_cli({"check", "--spec", "/dev/zero", "--floor", "none", "--backend", "in-process"},
                 std::chrono::seconds(10));
-    EXPECT_EQ(outcome.exit_code, 2) << outcome.stderr_text.substr(0, 300);
+    EXPECT_EQ(outcome.exit_code, 125) << outcome.stderr_text.substr(0, 300);
     EXPECT_NE(outcome.stderr_text.find("spec"), std::string::npos);
     EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
 }
 
-TEST_F(CheckBadSpecs, ASpecThatIsNotARegularFileExitsTwoWithoutBlocking) {
+TEST_F(CheckBadSpecs, ASpecThatIsNotARegularFileExits125WithoutBlocking) {
     const auto fifo = dir_.path() / "fifo";
     ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
     for (const auto& path : {fifo.string(), dir_.path().string(), std::string("/dev/null")}) {
         const auto outcome =
             run_cli({"check", "--spec", path, "--floor", "none", "--backend", "in-process"},
                     std::chrono::seconds(10));
-        EXPECT_EQ(outcome.exit_code, 2) << path << ": " << outcome.stderr_text.substr(0, 300);
+        EXPECT_EQ(outcome.exit_code, 125) << path << ": " << outcome.stderr_text.substr(0, 300);
         EXPECT_NE(outcome.stderr_text.find("not a regular file"), std::string::npos)
             << path << ": " << outcome.stderr_text.substr(0, 300);
     }
