@@ -23,6 +23,7 @@
 #include <cmath>
 #include <random>
 
+#include "background_work.hpp"
 #include "bearer_token.hpp"
 #include "body_checks.hpp"
 #include "egress_policy.hpp"
@@ -49,6 +50,12 @@ constexpr std::uint64_t kExecOutputCeiling = 1048576;
 constexpr std::size_t kMaxLabelValue = 63;
 constexpr std::uint64_t kMaxFileRead = 256ull * 1024 * 1024;
 constexpr auto kExecServerTimeout = std::chrono::minutes(30);
+// A deletion that failed (the runtime could not remove the sandbox's files yet, e.g. on a full
+// disk) is tried again by the lifecycle sweep after this long.
+constexpr auto kDeleteRetryAfter = std::chrono::seconds(2);
+// A sandbox Creating this long with no launch running was left behind by one (the sweep then
+// settles it); younger ones may be between their record and their launch starting.
+constexpr double kStuckCreatingSeconds = 5;
 const char* const kRegion = "local";
 
 // A refusal answered as application/problem+json.
@@ -250,7 +257,9 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
     Metrics metrics;
     std::atomic<bool> stopping{false};
     std::shared_ptr<asio::steady_timer> sweeper;
-    std::mutex freeze_mutex;  // serialises freezer writes so the last state change wins
+    bool state_unsaved = false;  // the sweep's last save failed (logged once)
+    std::mutex freeze_mutex;     // serialises freezer writes so the last state change wins
+    BackgroundWork work;         // launches and deletions in flight, for the sweep
 
     // --- helpers ------------------------------------------------------------------------------
 
@@ -307,7 +316,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 continue;
             }
             if (doc.state == states::kCreating && doc.handle.empty()) {
-                store.mutate(doc.id, [](SandboxDoc& d) {
+                store.record(doc.id, [](SandboxDoc& d) {
                     d.state = states::kFailed;
                     d.failure = "the emulator stopped while the sandbox was being created";
                     d.state_since = unix_now();
@@ -316,7 +325,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             }
             if (doc.state != states::kFailed && !doc.handle.empty() && !engine->alive(doc.handle)) {
                 logger->warn("sandbox {} is no longer running; marking it Failed", doc.id);
-                store.mutate(doc.id, [](SandboxDoc& d) {
+                store.record(doc.id, [](SandboxDoc& d) {
                     d.state = states::kFailed;
                     d.failure = "the sandbox's processes ended while the emulator was down";
                     d.state_since = unix_now();
@@ -354,9 +363,22 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             response = problem_response(Problem{p.status, p.title, p.detail});
         } catch (const StateRecordTooLarge& e) {
             response = problem_response(Problem{413, "RequestEntityTooLarge", e.what()});
+        } catch (const StateNotPersisted& e) {
+            // The change was undone (state_store.hpp): a client may retry. The detail names the
+            // state file, a host path: it goes to the log only.
+            logger->error("request {} {} failed: {}", request_id, route_label, e.detail());
+            response = problem_response(
+                Problem{e.no_space() ? 507 : 500,
+                        e.no_space() ? "InsufficientStorage" : "InternalServerError", e.what()});
         } catch (const std::exception& e) {
+            // Runtime and system errors name host paths: the log has them, the client a fixed
+            // sentence it can quote back.
             logger->error("request {} {} failed: {}", request_id, route_label, e.what());
-            response = problem_response(Problem{500, "InternalServerError", e.what()});
+            response = problem_response(
+                Problem{500, "InternalServerError",
+                        fmt::format("The emulator failed to complete the request; its log has the "
+                                    "reason under request id {}.",
+                                    request_id)});
         }
         response.headers.set("x-acas-emulator", identity);
         response.headers.set("x-ms-request-id", request_id);
@@ -840,9 +862,17 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
 
     void spawn_launch(SandboxDoc doc) {
         auto self = shared_from_this();
+        if (!work.begin_launch(doc.id)) {
+            return;
+        }
         asio::co_spawn(
             executor,
             [self, doc]() -> Task<void> {
+                struct Done {
+                    BackgroundWork& work;
+                    const std::string& id;
+                    ~Done() { work.end_launch(id); }
+                } done{self->work, doc.id};
                 std::uint64_t create_delay = 0;
                 {
                     std::lock_guard lock(self->fault_mutex);
@@ -885,7 +915,9 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                     failure = e.what();
                 }
                 bool orphan = false;
-                const bool known = self->store.mutate(doc.id, [&](SandboxDoc& d) {
+                // Eventual: the sandbox now runs (or failed) whether or not the disk takes the
+                // record at once; the sweep persists it when it can.
+                const bool known = self->store.record(doc.id, [&](SandboxDoc& d) {
                     if (d.state == states::kDeleting) {
                         orphan = true;
                         d.handle = handle;
@@ -898,18 +930,26 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 });
                 if (!failure.empty()) {
                     self->logger->error("sandbox {} failed to start: {}", doc.id, failure);
-                } else if (!known || orphan) {
-                    // Deleted while it was being created: finish the deletion now.
+                }
+                if (!known || orphan) {
+                    // Deleted while it was being created (even if the launch failed): finish
+                    // the deletion now, once this launch no longer counts as in flight.
+                    self->work.end_launch(doc.id);
                     self->spawn_delete(doc.id, handle);
-                } else {
+                } else if (failure.empty()) {
                     self->logger->info("sandbox {} is Running", doc.id);
                 }
             },
             asio::detached);
     }
 
+    // Destroys the sandbox and forgets it. A destroy that fails leaves it Deleting for the sweep
+    // to try again (kDeleteRetryAfter): forgetting it would leak its processes and files.
     void spawn_delete(const std::string& id, json::object handle = {}) {
         auto self = shared_from_this();
+        if (!work.begin_delete(id)) {
+            return;
+        }
         asio::co_spawn(
             executor,
             [self, id, handle]() -> Task<void> {
@@ -924,29 +964,36 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                         auto job2 = [self, h]() { self->engine->destroy(h); };
                         co_await self->offload(job2);
                     } catch (const std::exception& e) {
-                        self->logger->error("deleting sandbox {}: {}", id, e.what());
+                        self->logger->error("deleting sandbox {}: {}; trying again shortly", id,
+                                            e.what());
+                        self->work.end_delete(id, kDeleteRetryAfter);
+                        co_return;
                     }
                 }
-                self->store.erase(id);
+                self->store.forget(id);
+                self->work.end_delete(id);
                 self->logger->info("sandbox {} deleted", id);
             },
             asio::detached);
     }
 
+    // Eventual (state_store.hpp): once accepted, a deletion converges even when the disk refuses
+    // to record it now; the sweep persists it and retries a destroy that failed.
     HttpResponse delete_sandbox(const std::string& id) {
-        bool launch_pending = false;
         bool already = false;
-        const bool known = store.mutate(id, [&](SandboxDoc& d) {
+        const bool known = store.record(id, [&](SandboxDoc& d) {
             already = d.state == states::kDeleting;
-            launch_pending = d.state == states::kCreating && d.handle.empty();
             d.state = states::kDeleting;
-            d.state_since = unix_now();
+            if (!already) {
+                d.state_since = unix_now();
+            }
         });
         if (!known) {
             throw not_found(id);
         }
-        // A sandbox still being created is deleted by its launch when that finishes.
-        if (!already && !launch_pending) {
+        // A sandbox still being launched is deleted by its launch when that finishes; any
+        // other is deleted now (at most one deletion runs: BackgroundWork).
+        if (!work.launching(id)) {
             spawn_delete(id);
         }
         return empty_response(202);
@@ -1361,12 +1408,21 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                         done.state = "Ready";
                         done.local_image = local;
                     } catch (const std::exception& e) {
+                        // The reason names host paths: logged, and the status says where it is.
+                        self->logger->error("disk image {}: importing '{}' failed: {}", doc.id,
+                                            doc.base, e.what());
                         done.state = "Failed";
-                        done.message = fmt::format("failed to import '{}': {}", doc.base, e.what());
+                        done.message = fmt::format(
+                            "failed to import '{}'; the emulator's log has the reason", doc.base);
                     }
                 }
-                if (self->store.disk_image(doc.id)) {
-                    self->store.put(done);
+                try {
+                    if (self->store.disk_image(doc.id)) {
+                        self->store.put(done);
+                    }
+                } catch (const std::exception& e) {
+                    self->logger->error("disk image {}: recording it as {} failed: {}", doc.id,
+                                        done.state, e.what());
                 }
                 self->logger->info("disk image {} ({}) is {}", doc.id, doc.base, done.state);
             },
@@ -1396,6 +1452,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
     }
 
     void sweep() {
+        persist_pending();
+        resolve_stuck();
         const double now = unix_now();
         for (const auto& doc : store.sandboxes()) {
             const double suspend =
@@ -1406,7 +1464,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                                {"deleteIntervalInSeconds", "deleteIntervalSeconds"});
             if (doc.state == states::kRunning && suspend > 0 &&
                 now - doc.last_activity >= suspend) {
-                store.mutate(doc.id, [&](SandboxDoc& d) {
+                store.record(doc.id, [&](SandboxDoc& d) {
                     if (d.state == states::kRunning) {
                         d.state = states::kSuspended;
                         d.stopped_reason = "Idle";
@@ -1422,6 +1480,51 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                        remove > 0 && now - doc.state_since >= remove) {
                 logger->info("sandbox {} auto-deleted after {}s stopped", doc.id, remove);
                 delete_sandbox(doc.id);
+            }
+        }
+    }
+
+    // Writes what eventual changes could not (a full disk), logging only when that changes.
+    void persist_pending() {
+        std::string failure;
+        const bool was_pending = store.pending();
+        if (!store.flush(&failure)) {
+            if (!state_unsaved) {
+                logger->error("the emulator's state cannot be saved ({}); retrying", failure);
+            }
+            state_unsaved = true;
+        } else if (was_pending || state_unsaved) {
+            logger->info("the emulator's state is saved again");
+            state_unsaved = false;
+        }
+    }
+
+    // A sandbox Deleting with no deletion running (one failed, or the emulator accepted the
+    // DELETE without starting one) is deleted again; one Creating with no launch running (its
+    // launch ended without recording the outcome) is Running when its processes are, Failed
+    // otherwise. No restart needed.
+    void resolve_stuck() {
+        for (const auto& doc : store.sandboxes()) {
+            if (work.launching(doc.id)) {
+                continue;
+            }
+            if (doc.state == states::kDeleting && work.may_delete(doc.id)) {
+                spawn_delete(doc.id);
+            } else if (doc.state == states::kCreating &&
+                       unix_now() - doc.state_since > kStuckCreatingSeconds) {
+                const bool alive = !doc.handle.empty() && engine->alive(doc.handle);
+                logger->warn("sandbox {} was left Creating; now {}", doc.id,
+                             alive ? "Running" : "Failed");
+                store.record(doc.id, [&](SandboxDoc& d) {
+                    if (d.state != states::kCreating) {
+                        return;
+                    }
+                    d.state = alive ? states::kRunning : states::kFailed;
+                    if (!alive) {
+                        d.failure = "the sandbox's launch ended without an outcome";
+                    }
+                    d.state_since = d.last_activity = unix_now();
+                });
             }
         }
     }
