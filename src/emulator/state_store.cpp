@@ -270,7 +270,6 @@ void StateStore::save_locked() const {
     try {
         net::write_file_atomically(file_, json::serialize(root), 0600);
     } catch (const SystemError& e) {
-        pending_ = true;
         throw StateNotPersisted(e.error_number(), e.what());
     }
     pending_ = false;
@@ -280,7 +279,8 @@ void StateStore::save_eventually_locked() const {
     try {
         save_locked();
     } catch (const StateNotPersisted&) {
-        // pending_ is set: the next flush() or strict write persists this change.
+        // The next flush() or strict write persists this change.
+        pending_ = true;
     }
 }
 

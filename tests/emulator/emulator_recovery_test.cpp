@@ -78,13 +78,69 @@ std::vector<std::string> listed_ids(SdkClient& sdk, std::vector<std::string>* st
     if (r.status != 200) {
         return ids;
     }
-    for (const auto& s : SdkClient::body(r).at("value").as_array()) {
+    const auto listing = SdkClient::body(r);  // kept: the loop reads into it
+    for (const auto& s : listing.at("value").as_array()) {
         ids.emplace_back(s.at("id").as_string());
         if (states != nullptr) {
             states->emplace_back(s.at("state").as_string());
         }
     }
     return ids;
+}
+
+// A loopback TCP connection to a --plain-http emulator, for requests no client library sends
+// (a body cut short, headers without their body).
+int connect_plain(std::uint16_t port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+        throw std::runtime_error("connecting to the emulator");
+    }
+    return fd;
+}
+
+void send_all(int fd, std::string_view bytes) {
+    while (!bytes.empty()) {
+        const auto n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+        if (n <= 0) {
+            throw std::runtime_error("sending to the emulator");
+        }
+        bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
+}
+
+// One whole request with Connection: close; returns (status, body).
+std::pair<int, std::string> plain_request(std::uint16_t port, const std::string& method,
+                                          const std::string& target, const std::string& body,
+                                          const std::string& content_type) {
+    const int fd = connect_plain(port);
+    send_all(fd, fmt::format("{} {} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                             "test-token\r\nContent-Type: {}\r\nContent-Length: {}\r\n"
+                             "Connection: close\r\n\r\n",
+                             method, target, content_type, body.size()));
+    send_all(fd, body);
+    std::string answer;
+    char buffer[16384];
+    for (;;) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 30000) <= 0) {
+            break;
+        }
+        const auto n = ::recv(fd, buffer, sizeof buffer, 0);
+        if (n <= 0) {
+            break;
+        }
+        answer.append(buffer, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    const auto end = answer.find("\r\n\r\n");
+    if (!answer.starts_with("HTTP/1.1 ") || end == std::string::npos) {
+        return {0, answer};
+    }
+    return {std::stoi(answer.substr(9, 3)), answer.substr(end + 4)};
 }
 
 const char* const kCreateBody =
@@ -98,22 +154,7 @@ TEST(EmulatorRecovery, FullStateDiskRefusesWithoutResidueAndCreatesAndDeletesCon
     SdkClient sdk(io, disk.path() / "ca.pem", emulator.base_url());
     const auto kept = sdk.create();
     sdk.wait_for_state(kept, "Running");
-    const std::string file = "/maf-sandbox/work/kept.bin";
-    const std::string old_content(64 * 1024, 'o');
-    ASSERT_EQ(sdk.call("PUT", "/sandboxes/" + kept + "/files", old_content,
-                       "path=" + file + "&createDirs=true", "application/octet-stream")
-                  .status,
-              200);
-
     ASSERT_GT(disk.fill(), 0u);
-    // The guest's files share the full disk: the overwrite fails, and the old file is whole.
-    const auto upload =
-        sdk.call("PUT", "/sandboxes/" + kept + "/files", std::string(512 * 1024, 'n'),
-                 "path=" + file, "application/octet-stream");
-    EXPECT_EQ(upload.status, 507) << upload.body;
-    EXPECT_EQ(sdk.call("GET", "/sandboxes/" + kept + "/files", {}, "path=" + file).body,
-              old_content);
-
     // A create the state disk cannot record is refused, and nothing of it lists.
     const auto refused = sdk.call("PUT", "/sandboxes", kCreateBody);
     EXPECT_EQ(refused.status, 507) << refused.body;
@@ -185,6 +226,42 @@ TEST(EmulatorRecovery, DeleteAcceptedOnAFullDiskIsNotStuckDeleting) {
     EXPECT_TRUE(listed_ids(after).empty());
 }
 
+TEST(EmulatorFileWrites, AnUploadThatRunsOutOfSpaceLeavesTheOldFileWhole) {
+    TempDir dir;
+    boost::asio::io_context io;
+    EmulatorProcess emulator(dir.path());
+    SdkClient sdk(io, dir.path() / "ca.pem", emulator.base_url());
+    const auto id = sdk.create();
+    sdk.wait_for_state(id, "Running");
+    const std::string query = "path=/tmp/kept.bin";
+    const std::string old_content(64 * 1024, 'o');
+    ASSERT_EQ(sdk.call("PUT", "/sandboxes/" + id + "/files", old_content, query,
+                       "application/octet-stream")
+                  .status,
+              200);
+    // The guest fills its own /tmp (a tmpfs of its disk budget) to the last page.
+    const auto filled =
+        sdk.exec(id,
+                 "dd if=/dev/zero of=/tmp/filler bs=1M 2>/dev/null; "
+                 "dd if=/dev/zero of=/tmp/filler2 bs=4k 2>/dev/null; "
+                 "dd if=/dev/zero of=/tmp/filler3 bs=1 2>/dev/null; df -k /tmp | tail -1");
+    const auto upload = sdk.call("PUT", "/sandboxes/" + id + "/files", std::string(512 * 1024, 'n'),
+                                 query, "application/octet-stream");
+    EXPECT_EQ(upload.status, 507) << upload.body << " " << json::serialize(filled);
+    const auto after = sdk.call("GET", "/sandboxes/" + id + "/files", {}, query).body;
+    EXPECT_TRUE(after == old_content)
+        << "the old file was not left whole: " << after.size() << " bytes now";
+    // Nothing staged is left behind, and once space returns the same upload lands.
+    sdk.exec(id, "rm -f /tmp/filler /tmp/filler2 /tmp/filler3");
+    EXPECT_EQ(sdk.exec(id, "ls -a /tmp | grep -c maf-stage").at("stdout").as_string(), "0\n");
+    EXPECT_EQ(sdk.call("PUT", "/sandboxes/" + id + "/files", std::string(512 * 1024, 'n'), query,
+                       "application/octet-stream")
+                  .status,
+              200);
+    EXPECT_EQ(sdk.exec(id, "wc -c < /tmp/kept.bin").at("stdout").as_string(), "524288\n");
+    sdk.delete_all();
+}
+
 TEST(EmulatorFileWrites, AReaderNeverSeesATornFileDuringOverwrites) {
     TempDir dir;
     boost::asio::io_context io;
@@ -240,61 +317,64 @@ TEST(EmulatorFileWrites, AReaderNeverSeesATornFileDuringOverwrites) {
 
 TEST(EmulatorFileWrites, OverwriteKeepsTheFilesModeAndAnInterruptedUploadChangesNothing) {
     TempDir dir;
-    boost::asio::io_context io;
     EmulatorProcess emulator(dir.path(), {"--plain-http"});
-    SdkClient sdk(io, {}, emulator.base_url());
-    const auto id = sdk.create();
-    sdk.wait_for_state(id, "Running");
-    const std::string target =
-        kGroup + "/sandboxes/" + id + "/files?path=/maf-sandbox/work/kept.txt&" + kApi;
-    ASSERT_EQ(
-        sdk.raw("PUT", target + "&createDirs=true&mode=0640", "old", "application/octet-stream")
-            .status,
-        200);
-    ASSERT_EQ(sdk.raw("PUT", target, "new", "application/octet-stream").status, 200);
-    EXPECT_EQ(sdk.exec(id, "stat -c %a /maf-sandbox/work/kept.txt").at("stdout").as_string(),
-              "640\n");
+    const auto port = emulator.port();
+    const auto created =
+        plain_request(port, "PUT", kGroup + "/sandboxes?" + kApi, kCreateBody, "application/json");
+    ASSERT_EQ(created.first, 201) << created.second;
+    const std::string id(json::parse(created.second).at("id").as_string());
+    const std::string sandbox = kGroup + "/sandboxes/" + id;
+    const auto exec = [&](const std::string& command) {
+        const auto r =
+            plain_request(port, "POST", sandbox + "/executeShellCommand?" + kApi,
+                          json::serialize(json::object{{"command", command}}), "application/json");
+        EXPECT_EQ(r.first, 200) << r.second;
+        return r.first == 200 ? std::string(json::parse(r.second).at("stdout").as_string())
+                              : std::string();
+    };
+    const std::string target = sandbox + "/files?path=/maf-sandbox/work/kept.txt&" + kApi;
+    for (int i = 0; i < 600 && plain_request(port, "GET", sandbox + "?" + kApi, {}, "text/plain")
+                                       .second.find("\"Running\"") == std::string::npos;
+         ++i) {
+        std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_EQ(plain_request(port, "PUT", target + "&createDirs=true&mode=0640", "old",
+                            "application/octet-stream")
+                  .first,
+              200);
+    ASSERT_EQ(plain_request(port, "PUT", target, "new", "application/octet-stream").first, 200);
+    // The overwrite is a new inode in the old one's place, with the old one's mode.
+    EXPECT_EQ(exec("stat -c %a /maf-sandbox/work/kept.txt"), "640\n");
     // An upload cut off mid-body: the client promises more bytes than it sends, then closes.
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(emulator.port());
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-    const std::string head = fmt::format(
-        "PUT {} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer test-token\r\n"
-        "Content-Type: application/octet-stream\r\nContent-Length: 1000000\r\n\r\n",
-        target);
-    const std::string part(300000, 'p');
-    ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL),
-              static_cast<ssize_t>(head.size()));
-    ASSERT_EQ(::send(fd, part.data(), part.size(), MSG_NOSIGNAL),
-              static_cast<ssize_t>(part.size()));
+    const int fd = connect_plain(port);
+    send_all(fd, fmt::format("PUT {} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                             "test-token\r\nContent-Type: application/octet-stream\r\n"
+                             "Content-Length: 1000000\r\n\r\n",
+                             target));
+    send_all(fd, std::string(300000, 'p'));
     ::close(fd);
-    // A later request on a new connection is served after the cut one: the file is unchanged.
-    EXPECT_EQ(sdk.exec(id, "cat /maf-sandbox/work/kept.txt").at("stdout").as_string(), "new");
-    sdk.delete_all();
+    // A request on a new connection, after the cut one: the file is unchanged.
+    EXPECT_EQ(exec("cat /maf-sandbox/work/kept.txt"), "new");
+    EXPECT_EQ(plain_request(port, "DELETE", sandbox + "?" + kApi, {}, "text/plain").first, 202);
+    // Sandboxes outlive the emulator: wait (bounded) until this one is gone.
+    for (int i = 0;
+         i < 300 && plain_request(port, "GET", sandbox + "?" + kApi, {}, "text/plain").first != 404;
+         ++i) {
+        std::this_thread::sleep_for(100ms);
+    }
 }
 
 TEST(EmulatorHttp, OverLimitBodyIsRefused413FromItsHeadersAndTheConnectionClosesCleanly) {
     TempDir dir;
     EmulatorProcess emulator(dir.path(), {"--plain-http"});
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(emulator.port());
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    const int fd = connect_plain(emulator.port());
     // Headers only: a server that waited for the body would never answer.
     const std::string head = fmt::format(
         "PUT {}/sandboxes/x/files?path=/big&{} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         "Authorization: Bearer test-token\r\nContent-Type: application/octet-stream\r\n"
         "Content-Length: {}\r\n\r\n",
         kGroup, kApi, 1ull << 30);
-    ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL),
-              static_cast<ssize_t>(head.size()));
+    send_all(fd, head);
     std::string answer;
     bool closed = false;
     int error = 0;
