@@ -271,8 +271,8 @@ TEST(EmulatorFileWrites, AReaderNeverSeesATornFileDuringOverwrites) {
     sdk.wait_for_state(id, "Running");
     const std::string path = "path=/maf-sandbox/work/overwritten.bin";
     // Large enough that an in-place write is seen half done by a concurrent read.
-    const std::string a(1 << 20, 'a');
-    const std::string b(1 << 20, 'b');
+    const std::string a(4 << 20, 'a');
+    const std::string b(4 << 20, 'b');
     ASSERT_EQ(sdk.call("PUT", "/sandboxes/" + id + "/files", a, path + "&createDirs=true",
                        "application/octet-stream")
                   .status,
