@@ -19,8 +19,11 @@
 #include <boost/url/url.hpp>
 #include <boost/url/url_view.hpp>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <random>
 
 #include "background_work.hpp"
@@ -53,6 +56,10 @@ constexpr auto kExecServerTimeout = std::chrono::minutes(30);
 // A deletion that failed (the runtime could not remove the sandbox's files yet, e.g. on a full
 // disk) is tried again by the lifecycle sweep after this long.
 constexpr auto kDeleteRetryAfter = std::chrono::seconds(2);
+// A launch that failed for want of space (the runtime's directory shares the full disk) is tried
+// again this often, for at most this long, before the sandbox is Failed.
+constexpr std::uint64_t kLaunchRetryMs = 1000;
+constexpr auto kLaunchRetryWindow = std::chrono::minutes(5);
 // A sandbox Creating this long with no launch running was left behind by one (the sweep then
 // settles it); younger ones may be between their record and their launch starting.
 constexpr double kStuckCreatingSeconds = 5;
@@ -80,6 +87,25 @@ HttpResponse problem_response(const Problem& p) {
     body["errorCode"] = p.error_code != 0 ? p.error_code : p.status;
     r.body = json::serialize(body);
     return r;
+}
+
+// Whether `e` reports a full disk or an exhausted quota: a SystemError, FileError (the root
+// builder's) or filesystem_error with that errno, or an Error from deeper in the runtime that
+// quotes the errno's text.
+bool out_of_space(const std::exception& e) {
+    const auto full = [](int error) { return error == ENOSPC || error == EDQUOT; };
+    if (const auto* system = dynamic_cast<const SystemError*>(&e)) {
+        return full(system->error_number());
+    }
+    if (const auto* file = dynamic_cast<const FileError*>(&e)) {
+        return full(file->error_number());
+    }
+    if (const auto* fs = dynamic_cast<const std::filesystem::filesystem_error*>(&e)) {
+        return full(fs->code().value());
+    }
+    const std::string_view what = e.what();
+    return what.find(::strerrordesc_np(ENOSPC)) != std::string_view::npos ||
+           what.find(::strerrordesc_np(EDQUOT)) != std::string_view::npos;
 }
 
 HttpResponse json_response(int status, const json::value& body) {
@@ -908,11 +934,31 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 }
                 json::object handle;
                 std::string failure;
-                try {
-                    auto job1 = [self, launch]() { return self->engine->launch(launch); };
-                    handle = co_await self->offload(job1);
-                } catch (const std::exception& e) {
-                    failure = e.what();
+                // A launch refused for want of space is tried again (the create was accepted:
+                // it converges once space returns), while the sandbox is still wanted and
+                // within kLaunchRetryWindow; any other failure is final.
+                const auto first_try = std::chrono::steady_clock::now();
+                for (bool retrying = false;; retrying = true) {
+                    bool no_space = false;
+                    try {
+                        auto job1 = [self, launch]() { return self->engine->launch(launch); };
+                        handle = co_await self->offload(job1);
+                        failure.clear();
+                    } catch (const std::exception& e) {
+                        failure = e.what();
+                        no_space = out_of_space(e);
+                    }
+                    const auto wanted = self->store.sandbox(doc.id);
+                    if (!no_space || !wanted || wanted->state != states::kCreating ||
+                        std::chrono::steady_clock::now() - first_try > kLaunchRetryWindow) {
+                        break;
+                    }
+                    if (!retrying) {
+                        self->logger->warn(
+                            "sandbox {}: no space to launch it ({}); retrying until there is",
+                            doc.id, failure);
+                    }
+                    co_await self->sleep_ms(kLaunchRetryMs);
                 }
                 bool orphan = false;
                 // Eventual: the sandbox now runs (or failed) whether or not the disk takes the

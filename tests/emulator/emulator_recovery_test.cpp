@@ -59,6 +59,9 @@ class SmallTmpfs {
         return total;
     }
     void free_space() { std::filesystem::remove(path_ / "filler"); }
+    // Sets `bytes` aside (before fill()), to hand back with release_reserve() on a full disk.
+    void reserve(std::size_t bytes) { std::ofstream(path_ / "reserve") << std::string(bytes, 'r'); }
+    void release_reserve() { std::filesystem::remove(path_ / "reserve"); }
 
   private:
     std::filesystem::path path_;
@@ -224,6 +227,34 @@ TEST(EmulatorRecovery, DeleteAcceptedOnAFullDiskIsNotStuckDeleting) {
     EmulatorProcess restarted(disk.path());
     SdkClient after(io, disk.path() / "ca.pem", restarted.base_url());
     EXPECT_TRUE(listed_ids(after).empty());
+}
+
+TEST(EmulatorRecovery, ACreateWhoseLaunchFindsNoSpaceWaitsInCreatingAndRunsOnceSpaceReturns) {
+    TempDir dir;
+    SmallTmpfs disk(dir.path() / "state", "64m");
+    boost::asio::io_context io;
+    EmulatorProcess emulator(disk.path());
+    SdkClient sdk(io, disk.path() / "ca.pem", emulator.base_url());
+    // Room for the create's record, none for the runtime's files of a launch.
+    disk.reserve(8192);
+    disk.fill();
+    disk.release_reserve();
+    const auto r = sdk.call("PUT", "/sandboxes", kCreateBody);
+    ASSERT_EQ(r.status, 201) << r.body;
+    const std::string id(SdkClient::body(r).at("id").as_string());
+    // The launch is retried, never given up as Failed while the disk is full.
+    std::string state;
+    const auto watch_until = Clock::now() + 3s;
+    while (Clock::now() < watch_until) {
+        state = SdkClient::body(sdk.call("GET", "/sandboxes/" + id)).at("state").as_string();
+        ASSERT_EQ(state, "Creating") << slurp(emulator.log()).substr(0, 4000);
+        std::this_thread::sleep_for(200ms);
+    }
+    disk.free_space();
+    sdk.wait_for_state(id, "Running");
+    EXPECT_EQ(sdk.exec(id, "echo launched").at("stdout").as_string(), "launched\n");
+    sdk.delete_all();
+    EXPECT_TRUE(listed_ids(sdk).empty());
 }
 
 TEST(EmulatorFileWrites, AnUploadThatRunsOutOfSpaceLeavesTheOldFileWhole) {
