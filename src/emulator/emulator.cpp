@@ -19,10 +19,14 @@
 #include <boost/url/url.hpp>
 #include <boost/url/url_view.hpp>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <random>
 
+#include "background_work.hpp"
 #include "bearer_token.hpp"
 #include "body_checks.hpp"
 #include "egress_policy.hpp"
@@ -52,6 +56,16 @@ constexpr std::uint64_t kExecOutputCeiling = 1048576;
 constexpr std::size_t kMaxLabelValue = 63;
 constexpr std::uint64_t kMaxFileRead = 256ull * 1024 * 1024;
 constexpr auto kExecServerTimeout = std::chrono::minutes(30);
+// A deletion that failed (the runtime could not remove the sandbox's files yet, e.g. on a full
+// disk) is tried again by the lifecycle sweep after this long.
+constexpr auto kDeleteRetryAfter = std::chrono::seconds(2);
+// A launch that failed for want of space (the runtime's directory shares the full disk) is tried
+// again this often, for at most this long, before the sandbox is Failed.
+constexpr std::uint64_t kLaunchRetryMs = 1000;
+constexpr auto kLaunchRetryWindow = std::chrono::minutes(5);
+// A sandbox Creating this long with no launch running was left behind by one (the sweep then
+// settles it); younger ones may be between their record and their launch starting.
+constexpr double kStuckCreatingSeconds = 5;
 const char* const kRegion = "local";
 
 // A refusal answered as application/problem+json.
@@ -76,6 +90,25 @@ HttpResponse problem_response(const Problem& p) {
     body["errorCode"] = p.error_code != 0 ? p.error_code : p.status;
     r.body = json::serialize(body);
     return r;
+}
+
+// Whether `e` reports a full disk or an exhausted quota: a SystemError, FileError (the root
+// builder's) or filesystem_error with that errno, or an Error from deeper in the runtime that
+// quotes the errno's text.
+bool out_of_space(const std::exception& e) {
+    const auto full = [](int error) { return error == ENOSPC || error == EDQUOT; };
+    if (const auto* system = dynamic_cast<const SystemError*>(&e)) {
+        return full(system->error_number());
+    }
+    if (const auto* file = dynamic_cast<const FileError*>(&e)) {
+        return full(file->error_number());
+    }
+    if (const auto* fs = dynamic_cast<const std::filesystem::filesystem_error*>(&e)) {
+        return full(fs->code().value());
+    }
+    const std::string_view what = e.what();
+    return what.find(::strerrordesc_np(ENOSPC)) != std::string_view::npos ||
+           what.find(::strerrordesc_np(EDQUOT)) != std::string_view::npos;
 }
 
 HttpResponse json_response(int status, const json::value& body) {
@@ -253,7 +286,9 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
     Metrics metrics;
     std::atomic<bool> stopping{false};
     std::shared_ptr<asio::steady_timer> sweeper;
-    std::mutex freeze_mutex;  // serialises freezer writes so the last state change wins
+    bool state_unsaved = false;  // the sweep's last save failed (logged once)
+    std::mutex freeze_mutex;     // serialises freezer writes so the last state change wins
+    BackgroundWork work;         // launches and deletions in flight, for the sweep
 
     // --- helpers ------------------------------------------------------------------------------
 
@@ -310,7 +345,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 continue;
             }
             if (doc.state == states::kCreating && doc.handle.empty()) {
-                store.mutate(doc.id, [](SandboxDoc& d) {
+                store.record(doc.id, [](SandboxDoc& d) {
                     d.state = states::kFailed;
                     d.failure = "the emulator stopped while the sandbox was being created";
                     d.state_since = unix_now();
@@ -319,7 +354,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             }
             if (doc.state != states::kFailed && !doc.handle.empty() && !engine->alive(doc.handle)) {
                 logger->warn("sandbox {} is no longer running; marking it Failed", doc.id);
-                store.mutate(doc.id, [](SandboxDoc& d) {
+                store.record(doc.id, [](SandboxDoc& d) {
                     d.state = states::kFailed;
                     d.failure = "the sandbox's processes ended while the emulator was down";
                     d.state_since = unix_now();
@@ -357,9 +392,22 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
             response = problem_response(Problem{p.status, p.title, p.detail});
         } catch (const StateRecordTooLarge& e) {
             response = problem_response(Problem{413, "RequestEntityTooLarge", e.what()});
+        } catch (const StateNotPersisted& e) {
+            // The change was undone (state_store.hpp): a client may retry. The detail names the
+            // state file, a host path: it goes to the log only.
+            logger->error("request {} {} failed: {}", request_id, route_label, e.detail());
+            response = problem_response(
+                Problem{e.no_space() ? 507 : 500,
+                        e.no_space() ? "InsufficientStorage" : "InternalServerError", e.what()});
         } catch (const std::exception& e) {
+            // Runtime and system errors name host paths: the log has them, the client a fixed
+            // sentence it can quote back.
             logger->error("request {} {} failed: {}", request_id, route_label, e.what());
-            response = problem_response(Problem{500, "InternalServerError", e.what()});
+            response = problem_response(
+                Problem{500, "InternalServerError",
+                        fmt::format("The emulator failed to complete the request; its log has the "
+                                    "reason under request id {}.",
+                                    request_id)});
         }
         response.headers.set("x-acas-emulator", identity);
         response.headers.set("x-ms-request-id", request_id);
@@ -848,9 +896,17 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
 
     void spawn_launch(SandboxDoc doc) {
         auto self = shared_from_this();
+        if (!work.begin_launch(doc.id)) {
+            return;
+        }
         asio::co_spawn(
             executor,
             [self, doc]() -> Task<void> {
+                struct Done {
+                    BackgroundWork& work;
+                    const std::string& id;
+                    ~Done() { work.end_launch(id); }
+                } done{self->work, doc.id};
                 std::uint64_t create_delay = 0;
                 {
                     std::lock_guard lock(self->fault_mutex);
@@ -886,14 +942,36 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 }
                 json::object handle;
                 std::string failure;
-                try {
-                    auto job1 = [self, launch]() { return self->engine->launch(launch); };
-                    handle = co_await self->offload(job1);
-                } catch (const std::exception& e) {
-                    failure = e.what();
+                // A launch refused for want of space is tried again (the create was accepted:
+                // it converges once space returns), while the sandbox is still wanted and
+                // within kLaunchRetryWindow; any other failure is final.
+                const auto first_try = std::chrono::steady_clock::now();
+                for (bool retrying = false;; retrying = true) {
+                    bool no_space = false;
+                    try {
+                        auto job1 = [self, launch]() { return self->engine->launch(launch); };
+                        handle = co_await self->offload(job1);
+                        failure.clear();
+                    } catch (const std::exception& e) {
+                        failure = e.what();
+                        no_space = out_of_space(e);
+                    }
+                    const auto wanted = self->store.sandbox(doc.id);
+                    if (!no_space || !wanted || wanted->state != states::kCreating ||
+                        std::chrono::steady_clock::now() - first_try > kLaunchRetryWindow) {
+                        break;
+                    }
+                    if (!retrying) {
+                        self->logger->warn(
+                            "sandbox {}: no space to launch it ({}); retrying until there is",
+                            doc.id, failure);
+                    }
+                    co_await self->sleep_ms(kLaunchRetryMs);
                 }
                 bool orphan = false;
-                const bool known = self->store.mutate(doc.id, [&](SandboxDoc& d) {
+                // Eventual: the sandbox now runs (or failed) whether or not the disk takes the
+                // record at once; the sweep persists it when it can.
+                const bool known = self->store.record(doc.id, [&](SandboxDoc& d) {
                     if (d.state == states::kDeleting) {
                         orphan = true;
                         d.handle = handle;
@@ -906,18 +984,26 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 });
                 if (!failure.empty()) {
                     self->logger->error("sandbox {} failed to start: {}", doc.id, failure);
-                } else if (!known || orphan) {
-                    // Deleted while it was being created: finish the deletion now.
+                }
+                if (!known || orphan) {
+                    // Deleted while it was being created (even if the launch failed): finish
+                    // the deletion now, once this launch no longer counts as in flight.
+                    self->work.end_launch(doc.id);
                     self->spawn_delete(doc.id, handle);
-                } else {
+                } else if (failure.empty()) {
                     self->logger->info("sandbox {} is Running", doc.id);
                 }
             },
             asio::detached);
     }
 
+    // Destroys the sandbox and forgets it. A destroy that fails leaves it Deleting for the sweep
+    // to try again (kDeleteRetryAfter): forgetting it would leak its processes and files.
     void spawn_delete(const std::string& id, json::object handle = {}) {
         auto self = shared_from_this();
+        if (!work.begin_delete(id)) {
+            return;
+        }
         asio::co_spawn(
             executor,
             [self, id, handle]() -> Task<void> {
@@ -937,7 +1023,10 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                         };
                         co_await self->offload(job2);
                     } catch (const std::exception& e) {
-                        self->logger->error("deleting sandbox {}: {}", id, e.what());
+                        self->logger->error("deleting sandbox {}: {}; trying again shortly", id,
+                                            e.what());
+                        self->work.end_delete(id, kDeleteRetryAfter);
+                        co_return;
                     }
                 }
                 // As the service does, the sandbox stays listed as Deleting for a while
@@ -948,7 +1037,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                 if (left_ms > 0) {
                     co_await self->sleep_ms(static_cast<std::uint64_t>(left_ms));
                 }
-                self->store.erase(id);
+                self->store.forget(id);
+                self->work.end_delete(id);
                 self->logger->info("sandbox {} deleted", id);
             },
             asio::detached);
@@ -967,20 +1057,23 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         }
     }
 
+    // Eventual (state_store.hpp): once accepted, a deletion converges even when the disk refuses
+    // to record it now; the sweep persists it and retries a destroy that failed.
     HttpResponse delete_sandbox(const std::string& id) {
-        bool launch_pending = false;
         bool already = false;
-        const bool known = store.mutate(id, [&](SandboxDoc& d) {
+        const bool known = store.record(id, [&](SandboxDoc& d) {
             already = d.state == states::kDeleting;
-            launch_pending = d.state == states::kCreating && d.handle.empty();
             d.state = states::kDeleting;
-            d.state_since = unix_now();
+            if (!already) {
+                d.state_since = unix_now();
+            }
         });
         if (!known) {
             throw not_found(id);
         }
-        // A sandbox still being created is deleted by its launch when that finishes.
-        if (!already && !launch_pending) {
+        // A sandbox still being launched is deleted by its launch when that finishes; any
+        // other is deleted now (at most one deletion runs: BackgroundWork).
+        if (!work.launching(id)) {
             spawn_delete(id);
         }
         return empty_response(202);
@@ -1416,12 +1509,21 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                         done.state = "Ready";
                         done.local_image = local;
                     } catch (const std::exception& e) {
+                        // The reason names host paths: logged, and the status says where it is.
+                        self->logger->error("disk image {}: importing '{}' failed: {}", doc.id,
+                                            doc.base, e.what());
                         done.state = "Failed";
-                        done.message = fmt::format("failed to import '{}': {}", doc.base, e.what());
+                        done.message = fmt::format(
+                            "failed to import '{}'; the emulator's log has the reason", doc.base);
                     }
                 }
-                if (self->store.disk_image(doc.id)) {
-                    self->store.put(done);
+                try {
+                    if (self->store.disk_image(doc.id)) {
+                        self->store.put(done);
+                    }
+                } catch (const std::exception& e) {
+                    self->logger->error("disk image {}: recording it as {} failed: {}", doc.id,
+                                        done.state, e.what());
                 }
                 self->logger->info("disk image {} ({}) is {}", doc.id, doc.base, done.state);
             },
@@ -1451,6 +1553,8 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
     }
 
     void sweep() {
+        persist_pending();
+        resolve_stuck();
         const double now = unix_now();
         for (const auto& doc : store.sandboxes()) {
             const double suspend =
@@ -1461,7 +1565,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                                {"deleteIntervalInSeconds", "deleteIntervalSeconds"});
             if (doc.state == states::kRunning && suspend > 0 &&
                 now - doc.last_activity >= suspend) {
-                store.mutate(doc.id, [&](SandboxDoc& d) {
+                store.record(doc.id, [&](SandboxDoc& d) {
                     if (d.state == states::kRunning) {
                         d.state = states::kSuspended;
                         d.stopped_reason = "Idle";
@@ -1477,6 +1581,51 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                        remove > 0 && now - doc.state_since >= remove) {
                 logger->info("sandbox {} auto-deleted after {}s stopped", doc.id, remove);
                 delete_sandbox(doc.id);
+            }
+        }
+    }
+
+    // Writes what eventual changes could not (a full disk), logging only when that changes.
+    void persist_pending() {
+        std::string failure;
+        const bool was_pending = store.pending();
+        if (!store.flush(&failure)) {
+            if (!state_unsaved) {
+                logger->error("the emulator's state cannot be saved ({}); retrying", failure);
+            }
+            state_unsaved = true;
+        } else if (was_pending || state_unsaved) {
+            logger->info("the emulator's state is saved again");
+            state_unsaved = false;
+        }
+    }
+
+    // A sandbox Deleting with no deletion running (one failed, or the emulator accepted the
+    // DELETE without starting one) is deleted again; one Creating with no launch running (its
+    // launch ended without recording the outcome) is Running when its processes are, Failed
+    // otherwise. No restart needed.
+    void resolve_stuck() {
+        for (const auto& doc : store.sandboxes()) {
+            if (work.launching(doc.id)) {
+                continue;
+            }
+            if (doc.state == states::kDeleting && work.may_delete(doc.id)) {
+                spawn_delete(doc.id);
+            } else if (doc.state == states::kCreating &&
+                       unix_now() - doc.state_since > kStuckCreatingSeconds) {
+                const bool alive = !doc.handle.empty() && engine->alive(doc.handle);
+                logger->warn("sandbox {} was left Creating; now {}", doc.id,
+                             alive ? "Running" : "Failed");
+                store.record(doc.id, [&](SandboxDoc& d) {
+                    if (d.state != states::kCreating) {
+                        return;
+                    }
+                    d.state = alive ? states::kRunning : states::kFailed;
+                    if (!alive) {
+                        d.failure = "the sandbox's launch ended without an outcome";
+                    }
+                    d.state_since = d.last_activity = unix_now();
+                });
             }
         }
     }

@@ -263,6 +263,142 @@ void write_all(int fd, std::string_view content, const std::string& path) {
     }
 }
 
+// Writes into the file the guest's links lead to, truncating it first: for what has no content to
+// replace atomically (a FIFO), and for a directory the guest's root cannot create a file in.
+void write_in_place(int root, const std::string& path, std::string_view content,
+                    std::optional<mode_t> mode) {
+    // Checked before the open for writing, and what was opened is checked again.
+    open_checked(root, path, O_PATH, "writing");
+    auto fd = open_checked(root, path, O_WRONLY | O_NONBLOCK | O_NOCTTY, "writing");
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+        fail_errno(errno, path, "writing");
+    }
+    if (S_ISREG(st.st_mode) && ::ftruncate(fd.get(), 0) != 0) {
+        fail_errno(errno, path, "writing");
+    }
+    write_all(fd.get(), content, path);
+    if (mode && ::fchmod(fd.get(), *mode) != 0) {
+        fail_errno(errno, path, "setting the mode of");
+    }
+}
+
+// Where a write lands: the directory and name of the final entry once a final link (or a chain
+// of them) is followed the way the guest's open would follow it, and what is there now.
+struct WriteTarget {
+    UniqueFd dir;
+    std::string name;
+    std::optional<struct stat> existing;
+};
+
+WriteTarget resolve_write_target(int root, UniqueFd dir, std::string name,
+                                 const std::string& shown) {
+    constexpr int kMaxLinks = 40;  // the kernel's own bound on links followed in one lookup
+    std::string dir_path = split(shown).first;
+    for (int links = 0;; ++links) {
+        struct stat st {};
+        if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno != ENOENT) {
+                fail_errno(errno, shown, "writing");
+            }
+            if (links > 0) {
+                // A dangling link: refused as before, never a file made where it points.
+                fail_errno(ENOENT, shown, "writing");
+            }
+            return {std::move(dir), std::move(name), std::nullopt};
+        }
+        if (!S_ISLNK(st.st_mode)) {
+            if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
+                not_allowed(shown);
+            }
+            return {std::move(dir), std::move(name), st};
+        }
+        if (links == kMaxLinks) {
+            fail_errno(ELOOP, shown, "writing");
+        }
+        const auto target = link_target(dir.get(), name);
+        if (!target || target->empty()) {
+            fail_errno(ENOENT, shown, "writing");
+        }
+        // RESOLVE_IN_ROOT reads an absolute target against the guest's root, as the guest would.
+        const std::string next =
+            target->front() == '/' ? *target : (dir_path == "/" ? "" : dir_path) + "/" + *target;
+        auto [next_parent, next_name] = split(next);
+        if (next_name.empty() || next_name == "." || next_name == "..") {
+            fail_errno(EISDIR, shown, "writing");
+        }
+        UniqueFd next_dir(openat2_in_root(root, next_parent, O_PATH | O_DIRECTORY));
+        if (!next_dir) {
+            fail_errno(errno, shown, "writing");
+        }
+        require_guest_file(next_dir.get(), shown);
+        dir = std::move(next_dir);
+        name = std::move(next_name);
+        dir_path = std::move(next_parent);
+    }
+}
+
+// A name for the staged sibling that no concurrent write picks: this child's pid (each file
+// operation is its own process) and random bits, from system calls only (the child shares the
+// emulator's memory and must not take its locks).
+std::string staged_name() {
+    std::uint64_t bits = 0;
+    if (::syscall(SYS_getrandom, &bits, sizeof bits, 0) != static_cast<long>(sizeof bits)) {
+        bits = static_cast<std::uint64_t>(::syscall(SYS_gettid)) * 0x9e3779b97f4a7c15ULL;
+    }
+    return fmt::format(".maf-stage-{}-{:016x}", ::syscall(SYS_getpid), bits);
+}
+
+// The bytes go to a staged sibling, made complete (mode, owner, fsync) before one rename puts it
+// in place: a reader sees the old content or the new, never a mix, and a write that fails (no
+// space, a quota) removes the sibling and leaves the old file whole. Returns false, having
+// changed nothing, when the guest's root may not create a file in that directory.
+bool write_staged(WriteTarget target, const std::string& path, std::string_view content,
+                  std::optional<mode_t> mode) {
+    const auto staged = staged_name();
+    UniqueFd fd(::openat(target.dir.get(), staged.c_str(),
+                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0600));
+    if (!fd) {
+        if ((errno == EACCES || errno == EPERM) && target.existing) {
+            return false;
+        }
+        fail_errno(errno, path, "writing");
+    }
+    struct Staged {
+        int dir;
+        const std::string& name;
+        bool placed = false;
+        ~Staged() {
+            if (!placed) {
+                ::unlinkat(dir, name.c_str(), 0);
+            }
+        }
+    } sibling{target.dir.get(), staged};
+    write_all(fd.get(), content, path);
+    if (target.existing) {
+        // The replaced file's owner, so an overwrite changes only the content. An owner the
+        // sandbox does not map cannot be given; the file is then the guest's root's, as a new one.
+        if (::fchown(fd.get(), target.existing->st_uid, target.existing->st_gid) != 0 &&
+            errno != EINVAL && errno != EPERM) {
+            fail_errno(errno, path, "writing");
+        }
+    }
+    // After the chown, which clears set-id bits.
+    const mode_t bits =
+        mode.value_or(target.existing ? target.existing->st_mode & 07777 : mode_t{0644});
+    if (::fchmod(fd.get(), bits) != 0) {
+        fail_errno(errno, path, "setting the mode of");
+    }
+    if (::fsync(fd.get()) != 0) {
+        fail_errno(errno, path, "writing");
+    }
+    if (::renameat(target.dir.get(), staged.c_str(), target.dir.get(), target.name.c_str()) != 0) {
+        fail_errno(errno, path, "writing");
+    }
+    sibling.placed = true;
+    return true;
+}
+
 }  // namespace
 
 ReadKind classify_read(const std::string& path) {
@@ -387,32 +523,17 @@ void write(const std::string& path, std::string_view content, bool create_dirs,
         fail_errno(errno, path, "writing");
     }
     require_guest_file(dir.get(), path);
-    // A new file is made in the checked directory (O_EXCL and O_NOFOLLOW: never through a link).
-    UniqueFd fd(::openat(dir.get(), name.c_str(),
-                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC,
-                         mode.value_or(0644)));
-    const bool created = fd.valid();
-    if (!created) {
-        if (errno != EEXIST) {
-            fail_errno(errno, path, "writing");
-        }
-        // An existing name, a final link included, is written where the guest's links lead:
-        // checked before the open for writing, and what was opened is checked again.
-        open_checked(root.get(), path, O_PATH, "writing");
-        fd = open_checked(root.get(), path, O_WRONLY | O_NONBLOCK | O_NOCTTY, "writing");
-        struct stat st {};
-        if (::fstat(fd.get(), &st) != 0) {
-            fail_errno(errno, path, "writing");
-        }
-        if (S_ISREG(st.st_mode) && ::ftruncate(fd.get(), 0) != 0) {
-            fail_errno(errno, path, "writing");
-        }
+    auto target = resolve_write_target(root.get(), std::move(dir), name, path);
+    if (target.existing && !S_ISREG(target.existing->st_mode)) {
+        // A FIFO (or other non-regular file the guest made) has no content to replace.
+        write_in_place(root.get(), path, content, mode);
+        return;
     }
-    write_all(fd.get(), content, path);
-    if (created || mode) {
-        if (::fchmod(fd.get(), mode.value_or(0644)) != 0) {
-            fail_errno(errno, path, "setting the mode of");
-        }
+    const auto kept = target.existing;
+    if (!write_staged(std::move(target), path, content, mode) && kept) {
+        // The guest's root may write this file but not its directory (a directory of the image
+        // whose owner no sandbox maps): written in place, as the guest itself would.
+        write_in_place(root.get(), path, content, mode);
     }
 }
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <cerrno>
 
 #include <fmt/format.h>
 #include <boost/json/parse.hpp>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/net/tls.hpp"
@@ -128,6 +130,19 @@ DiskImageDoc image_from_state(const json::object& o) {
 }
 
 }  // namespace
+
+StateNotPersisted::StateNotPersisted(int error_number, std::string detail)
+    : std::runtime_error(error_number == ENOSPC || error_number == EDQUOT
+                             ? "The emulator's state disk is full, so the change was not made; "
+                               "retry once its operator has freed space."
+                             : "The emulator could not save its state, so the change was not "
+                               "made; retry, and see the emulator's log if it persists."),
+      error_number_(error_number),
+      detail_(std::move(detail)) {}
+
+bool StateNotPersisted::no_space() const noexcept {
+    return error_number_ == ENOSPC || error_number_ == EDQUOT;
+}
 
 bool in_group(const std::string& doc_group, const std::string& group) {
     return doc_group.empty() || doc_group == group;
@@ -252,8 +267,39 @@ void StateStore::save_locked() const {
         images[id] = image_to_state(doc);
     }
     const json::object root{{"version", 1}, {"sandboxes", sandboxes}, {"diskImages", images}};
-    net::write_file_atomically(file_, json::serialize(root), 0600);
+    try {
+        net::write_file_atomically(file_, json::serialize(root), 0600);
+    } catch (const SystemError& e) {
+        throw StateNotPersisted(e.error_number(), e.what());
+    }
+    pending_ = false;
 }
+
+void StateStore::save_eventually_locked() const {
+    try {
+        save_locked();
+    } catch (const StateNotPersisted&) {
+        // The next flush() or strict write persists this change.
+        pending_ = true;
+    }
+}
+
+namespace {
+
+// Runs `change` on the maps, then saves; on a failed save puts back `undo` and rethrows, so a
+// strict write leaves memory as the disk has it (plus only what was already pending).
+template <typename Change, typename Undo>
+void strictly(const Change& change, const Undo& undo, const std::function<void()>& save) {
+    change();
+    try {
+        save();
+    } catch (const StateNotPersisted&) {
+        undo();
+        throw;
+    }
+}
+
+}  // namespace
 
 std::optional<SandboxDoc> StateStore::sandbox(const std::string& id) const {
     std::lock_guard lock(mutex_);
@@ -285,9 +331,51 @@ bool StateStore::mutate(const std::string& id, const std::function<void(SandboxD
     SandboxDoc changed = it->second;
     change(changed);
     check_record(json::serialize(sandbox_to_state(changed)).size(), "sandbox");
-    it->second = std::move(changed);
-    save_locked();
+    SandboxDoc before = std::exchange(it->second, std::move(changed));
+    strictly([] {}, [&] { it->second = std::move(before); }, [this] { save_locked(); });
     return true;
+}
+
+bool StateStore::record(const std::string& id, const std::function<void(SandboxDoc&)>& change) {
+    std::lock_guard lock(mutex_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) {
+        return false;
+    }
+    SandboxDoc changed = it->second;
+    change(changed);
+    check_record(json::serialize(sandbox_to_state(changed)).size(), "sandbox");
+    it->second = std::move(changed);
+    save_eventually_locked();
+    return true;
+}
+
+void StateStore::forget(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    if (sandboxes_.erase(id) != 0) {
+        save_eventually_locked();
+    }
+}
+
+bool StateStore::flush(std::string* failure) {
+    std::lock_guard lock(mutex_);
+    if (!pending_) {
+        return true;
+    }
+    try {
+        save_locked();
+        return true;
+    } catch (const StateNotPersisted& e) {
+        if (failure != nullptr) {
+            *failure = e.detail();
+        }
+        return false;
+    }
+}
+
+bool StateStore::pending() const {
+    std::lock_guard lock(mutex_);
+    return pending_;
 }
 
 bool StateStore::mutate_volatile(const std::string& id,
@@ -305,14 +393,30 @@ void StateStore::put(const SandboxDoc& doc) {
     std::lock_guard lock(mutex_);
     check_record(json::serialize(sandbox_to_state(doc)).size(), "sandbox");
     check_count(sandboxes_.count(doc.id) == 0);
-    sandboxes_[doc.id] = doc;
-    save_locked();
+    std::optional<SandboxDoc> before;
+    if (auto it = sandboxes_.find(doc.id); it != sandboxes_.end()) {
+        before = it->second;
+    }
+    strictly([&] { sandboxes_[doc.id] = doc; },
+             [&] {
+                 if (before) {
+                     sandboxes_[doc.id] = *before;
+                 } else {
+                     sandboxes_.erase(doc.id);
+                 }
+             },
+             [this] { save_locked(); });
 }
 
 void StateStore::erase(const std::string& id) {
     std::lock_guard lock(mutex_);
-    sandboxes_.erase(id);
-    save_locked();
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) {
+        return;
+    }
+    SandboxDoc before = it->second;
+    strictly([&] { sandboxes_.erase(id); }, [&] { sandboxes_[id] = std::move(before); },
+             [this] { save_locked(); });
 }
 
 std::optional<DiskImageDoc> StateStore::disk_image(const std::string& id) const {
@@ -337,14 +441,30 @@ void StateStore::put(const DiskImageDoc& doc) {
     std::lock_guard lock(mutex_);
     check_record(json::serialize(image_to_state(doc)).size(), "disk image");
     check_count(disk_images_.count(doc.id) == 0);
-    disk_images_[doc.id] = doc;
-    save_locked();
+    std::optional<DiskImageDoc> before;
+    if (auto it = disk_images_.find(doc.id); it != disk_images_.end()) {
+        before = it->second;
+    }
+    strictly([&] { disk_images_[doc.id] = doc; },
+             [&] {
+                 if (before) {
+                     disk_images_[doc.id] = *before;
+                 } else {
+                     disk_images_.erase(doc.id);
+                 }
+             },
+             [this] { save_locked(); });
 }
 
 void StateStore::erase_disk_image(const std::string& id) {
     std::lock_guard lock(mutex_);
-    disk_images_.erase(id);
-    save_locked();
+    auto it = disk_images_.find(id);
+    if (it == disk_images_.end()) {
+        return;
+    }
+    DiskImageDoc before = it->second;
+    strictly([&] { disk_images_.erase(id); }, [&] { disk_images_[id] = std::move(before); },
+             [this] { save_locked(); });
 }
 
 }  // namespace maf_sandbox::emulator

@@ -78,16 +78,48 @@ struct StateRecordTooLarge : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// A strict write (put, mutate, erase) could not be persisted: the change was undone, so memory
+// and disk agree and the caller can answer the request as failed (507 when the disk is full).
+// what() names no host path (it reaches clients); detail() does, for the log.
+class StateNotPersisted : public std::runtime_error {
+  public:
+    StateNotPersisted(int error_number, std::string detail);
+    int error_number() const noexcept { return error_number_; }
+    bool no_space() const noexcept;
+    const std::string& detail() const noexcept { return detail_; }
+
+  private:
+    int error_number_;
+    std::string detail_;
+};
+
 class StateStore {
   public:
     // Loads <dir>/emulator/state.json when present. Throws Error when it is unreadable.
     explicit StateStore(std::filesystem::path state_dir);
 
-    // Every accessor copies under the lock; mutate() applies a change and persists it.
+    // Every accessor copies under the lock.
+    //
+    // Two kinds of write. The strict ones (mutate, put, erase and their disk-image forms) are all
+    // or nothing: when the state cannot be persisted (a full disk) they undo the change and throw
+    // StateNotPersisted, for a client request that is then answered as failed. The eventual ones
+    // (record, forget) are the emulator's own transitions after it has accepted a request (a
+    // launch finished, a deletion done): they apply in memory at once, because that is what the
+    // sandbox now is, and persist now or at the next flush(), so nothing sticks when the disk
+    // refuses one write and later has space again.
     std::optional<SandboxDoc> sandbox(const std::string& id) const;
     std::vector<SandboxDoc> sandboxes() const;
     // Applies `change` to the sandbox (absent: returns false) and persists.
     bool mutate(const std::string& id, const std::function<void(SandboxDoc&)>& change);
+    // As mutate, but eventual: never throws for a failed save (see above).
+    bool record(const std::string& id, const std::function<void(SandboxDoc&)>& change);
+    // Removes the sandbox's record, eventually.
+    void forget(const std::string& id);
+    // Persists what an eventual write could not. Returns false (and keeps it pending) when the
+    // save fails again; the error is in `failure` when given.
+    bool flush(std::string* failure = nullptr);
+    // Whether memory holds changes the disk does not.
+    bool pending() const;
     // As mutate, but kept in memory until the next persisted change: for the activity stamp
     // every exec and file call sets, which must not cost an fsync per request.
     bool mutate_volatile(const std::string& id, const std::function<void(SandboxDoc&)>& change);
@@ -100,7 +132,10 @@ class StateStore {
     void erase_disk_image(const std::string& id);
 
   private:
+    // Throws StateNotPersisted; clears pending_ on success.
     void save_locked() const;
+    // save_locked for an eventual write: a failure only marks the state pending.
+    void save_eventually_locked() const;
     // Throw StateRecordTooLarge: a record over kMaxStateRecordBytes; a new record (`adds`) past
     // kMaxStateRecords.
     void check_record(std::size_t bytes, const char* what) const;
@@ -110,6 +145,7 @@ class StateStore {
     mutable std::mutex mutex_;
     std::map<std::string, SandboxDoc> sandboxes_;
     std::map<std::string, DiskImageDoc> disk_images_;
+    mutable bool pending_ = false;
 };
 
 // Helpers shared by the routes.

@@ -234,14 +234,18 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
         }
     }
 
-    // Reads and discards what the client is still sending (briefly, bounded), so closing the
-    // socket does not reset the connection before the client has read our refusal.
+    // Ends a connection after a refusal answered before the request was read (413, 400): our
+    // side is shut first, so the client has the refusal and our FIN at once, then what it is
+    // still sending is read and discarded (bounded in time and bytes) until it closes too, so the
+    // close is an orderly one rather than a reset that could discard the refusal in its buffer.
     template <typename Stream>
     Task<void> drain(Stream& stream, beast::tcp_stream& tcp) {
+        boost::system::error_code ignored;
+        tcp.socket().shutdown(tcp::socket::shutdown_send, ignored);
         char sink[16384];
         std::size_t total = 0;
-        tcp.expires_after(std::chrono::milliseconds(500));
-        while (total < 8 * kMiB) {
+        tcp.expires_after(std::chrono::seconds(2));
+        while (total < 16 * kMiB) {
             boost::system::error_code ec;
             const auto n = co_await stream.async_read_some(
                 asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
