@@ -54,10 +54,11 @@ std::vector<MountLine> parse_mountinfo(const std::string& text) {
 
 // What of the host a guest must never see.
 struct HostLayout {
-    std::vector<std::string> names;  // host paths, device paths, disk file system options
-    std::set<std::string> devices;   // major:minor of each host file system on a block device
-    std::set<std::string> fs_types;  // their types (e.g. ext4), and the host's devtmpfs
-    std::string kernel_cmdline;      // the host's /proc/cmdline, without its newline
+    std::vector<std::string> names;       // host paths and device paths, found anywhere
+    std::set<std::string> devices;        // major:minor of each host file system on a block device
+    std::set<std::string> fs_types;       // their types (e.g. ext4), and the host's devtmpfs
+    std::set<std::string> super_options;  // their options (matched as a whole mount field)
+    std::string kernel_cmdline;           // the host's /proc/cmdline, without its newline
 };
 
 bool under_kernel_dirs(const std::string& point) {
@@ -79,11 +80,11 @@ HostLayout host_layout(const std::vector<std::string>& private_dirs) {
             host.devices.insert(line.device);
             host.fs_types.insert(line.type);
             host.names.push_back(line.source);
-            host.names.push_back(line.super_options);
+            host.super_options.insert(line.super_options);
         }
         if (line.type == "devtmpfs") {
             host.fs_types.insert(line.type);
-            host.names.push_back(line.super_options);  // carries the host's memory size
+            host.super_options.insert(line.super_options);  // carries the host's memory size
         }
         // A host mount point a guest has no reason to show (a guest's own are /, /proc, /dev...).
         if (line.point.find('/', 1) != std::string::npos && !under_kernel_dirs(line.point)) {
@@ -97,8 +98,11 @@ HostLayout host_layout(const std::vector<std::string>& private_dirs) {
     return host;
 }
 
-// Every way `text` shows the host; `mountinfo` when it is a mountinfo table to read line by line.
-std::vector<std::string> leaks(const std::string& text, const HostLayout& host, bool mountinfo) {
+// How a guest file is read: a mountinfo table, a mounts table (source point type options), or text.
+enum class Format { mountinfo, mounts, text };
+
+// Every way `text` shows the host.
+std::vector<std::string> leaks(const std::string& text, const HostLayout& host, Format format) {
     std::vector<std::string> found;
     for (const auto& name : host.names) {
         if (!name.empty() && text.find(name) != std::string::npos) {
@@ -108,15 +112,27 @@ std::vector<std::string> leaks(const std::string& text, const HostLayout& host, 
     if (!host.kernel_cmdline.empty() && text.find(host.kernel_cmdline) != std::string::npos) {
         found.push_back("holds the host kernel's command line");
     }
-    if (mountinfo) {
-        for (const auto& line : parse_mountinfo(text)) {
-            if (host.devices.contains(line.device)) {
-                found.push_back(
-                    fmt::format("{} is on the host's device {}", line.point, line.device));
-            }
-            if (host.fs_types.contains(line.type)) {
-                found.push_back(fmt::format("{} shows the host's {}", line.point, line.type));
-            }
+    std::vector<MountLine> lines;
+    if (format == Format::mountinfo) {
+        lines = parse_mountinfo(text);
+    } else if (format == Format::mounts) {
+        std::istringstream in(text);
+        for (std::string line; std::getline(in, line);) {
+            MountLine parsed;
+            std::istringstream(line) >> parsed.source >> parsed.point >> parsed.type;
+            lines.push_back(std::move(parsed));
+        }
+    }
+    for (const auto& line : lines) {
+        if (!line.device.empty() && host.devices.contains(line.device)) {
+            found.push_back(fmt::format("{} is on the host's device {}", line.point, line.device));
+        }
+        if (host.fs_types.contains(line.type)) {
+            found.push_back(fmt::format("{} shows the host's {}", line.point, line.type));
+        }
+        if (host.super_options.contains(line.super_options)) {
+            found.push_back(
+                fmt::format("{} shows the host's options {}", line.point, line.super_options));
         }
     }
     return found;
@@ -130,19 +146,24 @@ std::string joined(const std::vector<std::string>& items) {
     return out;
 }
 
-// The files a guest reads here, and whether each is a mountinfo table.
-const std::vector<std::pair<std::string, bool>> kGuestViews{
-    {"/proc/self/mountinfo", true}, {"/proc/1/mountinfo", true}, {"/proc/self/mounts", false},
-    {"/proc/1/cmdline", false},     {"/proc/cmdline", false},    {"/proc/partitions", false},
-    {"/proc/diskstats", false}};
+// The files a guest reads here, and how each is read.
+const std::vector<std::pair<std::string, Format>> kGuestViews{
+    {"/proc/self/mountinfo", Format::mountinfo},
+    {"/proc/1/mountinfo", Format::mountinfo},
+    {"/proc/self/mounts", Format::mounts},
+    {"/proc/1/cmdline", Format::text},
+    {"/proc/cmdline", Format::text},
+    {"/proc/partitions", Format::text},
+    {"/proc/diskstats", Format::text}};
 
 TEST(HostLayoutPrivacy, ControlTheCheckFindsTheHostsLayoutInTheHostsOwnView) {
     const auto host = host_layout({});
     ASSERT_FALSE(host.devices.empty()) << "the host shows no file system on a block device";
     const auto mountinfo = slurp("/proc/self/mountinfo");
-    EXPECT_FALSE(leaks(mountinfo, host, true).empty()) << mountinfo;
+    EXPECT_FALSE(leaks(mountinfo, host, Format::mountinfo).empty()) << mountinfo;
+    EXPECT_FALSE(leaks(slurp("/proc/self/mounts"), host, Format::mounts).empty());
     if (!host.kernel_cmdline.empty()) {
-        EXPECT_FALSE(leaks(slurp("/proc/cmdline"), host, false).empty());
+        EXPECT_FALSE(leaks(slurp("/proc/cmdline"), host, Format::text).empty());
     }
 }
 
@@ -150,12 +171,11 @@ TEST(HostLayoutPrivacy, AHostImageGuestSeesNothingOfTheHostsLayout) {
     Box box;
     const auto host = host_layout({box.state().string(), (box.state() / "images").string(),
                                    fs::path(MAF_SECURITY_PROBE).parent_path().string()});
-    for (const auto& [file, is_mountinfo] : kGuestViews) {
+    for (const auto& [file, format] : kGuestViews) {
         const auto read = box.sh("cat " + file);
         ASSERT_EQ(read.exit_code, 0) << file << ": " << read.stderr_bytes;
-        EXPECT_EQ(leaks(read.stdout_bytes, host, is_mountinfo), std::vector<std::string>{})
-            << file << " shows the host:" << joined(leaks(read.stdout_bytes, host, is_mountinfo))
-            << "\n"
+        EXPECT_EQ(leaks(read.stdout_bytes, host, format), std::vector<std::string>{})
+            << file << " shows the host:" << joined(leaks(read.stdout_bytes, host, format)) << "\n"
             << read.stdout_bytes;
     }
     const auto mountinfo = box.sh("cat /proc/self/mountinfo").stdout_bytes;
@@ -216,10 +236,10 @@ TEST(HostLayoutPrivacy, AnImportedImageGuestSeesNothingOfTheHostsLayout) {
         return result.stdout_bytes;
     };
     EXPECT_EQ(cat("/etc/hostname"), "imaged\n");  // control: the probe reads the guest's files
-    for (const auto& [file, is_mountinfo] : kGuestViews) {
+    for (const auto& [file, format] : kGuestViews) {
         const auto text = cat(file);
-        EXPECT_EQ(leaks(text, host, is_mountinfo), std::vector<std::string>{})
-            << file << " shows the host:" << joined(leaks(text, host, is_mountinfo)) << "\n"
+        EXPECT_EQ(leaks(text, host, format), std::vector<std::string>{})
+            << file << " shows the host:" << joined(leaks(text, host, format)) << "\n"
             << text;
     }
     EXPECT_FALSE(parse_mountinfo(cat("/proc/self/mountinfo")).empty());
