@@ -108,18 +108,21 @@ bool host_header_allowed(std::string_view value, std::uint16_t port, bool allow_
     return kind == HostKind::loopback || (allow_ip_literals && kind == HostKind::other_ip_literal);
 }
 
-bool origin_allowed(const std::optional<std::string>& value) {
+bool origin_allowed(const std::optional<std::string>& value, std::string_view host_header) {
     if (!value) {
         return true;
     }
-    std::string_view text = *value;
-    for (const std::string_view scheme : {"http://", "https://"}) {
-        if (text.substr(0, scheme.size()) == scheme) {
-            const auto authority = parse_authority(text.substr(scheme.size()));
-            return authority && classify_host(authority->host) == HostKind::loopback;
-        }
+    constexpr std::string_view kScheme = "http://";
+    const std::string_view text = *value;
+    if (text.substr(0, kScheme.size()) != kScheme) {
+        return false;
     }
-    return false;
+    const auto origin = parse_authority(text.substr(kScheme.size()));
+    const auto host = parse_authority(host_header);
+    // Same host text (classify_host already admitted only exact loopback or IP-literal forms for
+    // the Host header) and the same port, defaults applied: the page is this server's own.
+    return origin && host && origin->host == host->host &&
+           origin->port.value_or(kDefaultHttpPort) == host->port.value_or(kDefaultHttpPort);
 }
 
 bool is_loopback_bind(std::string_view host) noexcept {

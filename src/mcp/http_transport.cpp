@@ -95,7 +95,7 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
                            "address or localhost, with its port");
         }
         if (field_count(request.headers, "Origin") > 1 ||
-            !origin_allowed(request.headers.get("Origin"))) {
+            !origin_allowed(request.headers.get("Origin"), *host)) {
             return refusal(403, "Forbidden: requests from this origin are not accepted");
         }
         const auto authorization = request.headers.get("Authorization");

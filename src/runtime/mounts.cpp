@@ -7,6 +7,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,7 +27,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom", "tty"};
+// The character devices a guest gets, as the kernel numbers them (Documentation/admin-guide/
+// devices.txt): fixed numbers, the same on every Linux host.
+struct Device {
+    const char* name;
+    unsigned major;
+    unsigned minor;
+};
+constexpr Device kDevices[] = {{"null", 1, 3},   {"zero", 1, 5},    {"full", 1, 7},
+                               {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}};
+
+// Host kernel files a guest reads as empty, as container runtimes mask /proc entries: the
+// kernel's command line names the host's root device and boot setup; partitions and diskstats
+// name the host's disks. Each is covered by a bind of the guest's own /dev/null (a node in the
+// sandbox's /dev tmpfs, so the mount line names nothing of the host).
+constexpr const char* kMaskedProcFiles[] = {"/proc/cmdline", "/proc/partitions", "/proc/diskstats"};
 
 // A tmpfs's inode count is not bounded by its size (an empty file takes no page), and every inode
 // is kernel memory charged to the sandbox: without a count, creating empty files until the memory
@@ -81,15 +96,6 @@ std::vector<std::pair<std::string, std::string>> tmpfs_options(std::uint64_t byt
             {"mode", mode}};
 }
 
-// A detached copy of the host mount at `source` (a trusted host path), like a non-recursive bind.
-UniqueFd clone_host_tree(const fs::path& source) {
-    UniqueFd tree{::open_tree(AT_FDCWD, source.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)};
-    if (!tree) {
-        mount_failed(fmt::format("binding the host's {}", source.string()));
-    }
-    return tree;
-}
-
 void set_attributes(int mount, std::uint64_t attributes, std::string_view describe) {
     struct mount_attr attr {};
     attr.attr_set = attributes;
@@ -115,6 +121,54 @@ UniqueFd duplicate(int fd) {
 
 std::string fd_path(int fd) {
     return fmt::format("/proc/self/fd/{}", fd);
+}
+
+// A read-only view of the host directory `source` (a trusted host path the image plan names, e.g.
+// /usr for the host image). Item 8 of issue 17: a bind would show the host's disk in the guest's
+// mountinfo (`ext4 /dev/vda rw,discard,...`, and the directory's path on that disk). An overlay
+// with no upper layer, its layers named by descriptors, shows only
+// `/ ... - overlay overlay ro,lowerdir=/proc/self/fd/N:/proc/self/fd/M` and an anonymous device
+// number. overlayfs wants two layers when it has no upper one: the host directory over `empty`,
+// an empty directory of ours. Like a non-recursive bind, it shows no mount beneath `source`.
+UniqueFd host_directory_view(const fs::path& source, int empty, std::string_view describe) {
+    const UniqueFd dir{::open(source.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)};
+    if (!dir) {
+        mount_failed(fmt::format("opening the host's {} for {}", source.string(), describe));
+    }
+    return new_mount("overlay", {{"lowerdir", fd_path(dir.get()) + ":" + fd_path(empty)}},
+                     MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, describe);
+}
+
+// A host file the image plan names (e.g. /etc/ld.so.cache) is copied into the root, not bound:
+// a bind of a file cannot hide the host disk it lives on (item 8), and an overlay needs a
+// directory. These are small, trusted host files; the copy is read at each launch, so it is as
+// current as the bind was when the sandbox started.
+std::string read_host_file(const fs::path& source) {
+    constexpr std::size_t kLimit = 16u << 20;
+    const UniqueFd fd{::open(source.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (!fd) {
+        throw SystemError(errno, fmt::format("reading the host's {}", source.string()));
+    }
+    std::string content;
+    char chunk[16384];
+    for (;;) {
+        const ssize_t n = ::read(fd.get(), chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            throw SystemError(errno, fmt::format("reading the host's {}", source.string()));
+        }
+        if (n == 0) {
+            return content;
+        }
+        content.append(chunk, static_cast<std::size_t>(n));
+        if (content.size() > kLimit) {
+            throw InvalidArgument(fmt::format(
+                "the host's {} is larger than {} MiB; it is copied into every sandbox's root",
+                source.string(), kLimit >> 20));
+        }
+    }
 }
 
 bool beneath(std::string_view path, std::string_view dir) {
@@ -162,7 +216,20 @@ void make_guest_dir(int tree, std::string_view dir, const GuestOwner& root,
     });
 }
 
-// /dev: a small tmpfs with the harmless host devices bound in, /dev/shm, and the /proc links;
+// mknod applies the umask, and the device nodes' modes must be exact. The host-side half of the
+// supervisor has one thread while it builds the root, so nothing else creates files meanwhile.
+class ScopedUmask {
+  public:
+    explicit ScopedUmask(mode_t mask) : before_(::umask(mask)) {}
+    ~ScopedUmask() { ::umask(before_); }
+    ScopedUmask(const ScopedUmask&) = delete;
+    ScopedUmask& operator=(const ScopedUmask&) = delete;
+
+  private:
+    mode_t before_;
+};
+
+// /dev: a small tmpfs with the harmless devices (nodes of our own), /dev/shm, and the /proc links;
 // read-only once built, so nothing can add device nodes later.
 void build_dev(int dev_point, const RootPlan& plan, const GuestOwner& root) {
     const auto dev = new_mount("tmpfs", {{"size", "64k"}, {"mode", "0755"}},
@@ -170,10 +237,19 @@ void build_dev(int dev_point, const RootPlan& plan, const GuestOwner& root) {
     attach(dev.get(), dev_point, "/dev");
     // Our own fresh tmpfs: nothing in it was planted, but the same confined layer builds it.
     const GuestFs tree(duplicate(dev.get()), root);
-    for (const char* name : kDevices) {
-        const auto point = tree.mount_point(fmt::format("/{}", name), false);
-        attach(clone_host_tree(fs::path("/dev") / name).get(), point.get(),
-               fmt::format("/dev/{}", name));
+    // Item 8 of issue 17: nodes of our own, not binds of the host's: a bind shows the host's
+    // devtmpfs and its options (the host's memory size) in the guest's mountinfo, one line per
+    // device. The tmpfs was made here by host root without nodev, so the nodes open; the guest
+    // cannot add any (no CAP_MKNOD over the host, and the mount is read-only once built).
+    {
+        const ScopedUmask exact_modes(0);
+        for (const auto& device : kDevices) {
+            if (::mknodat(dev.get(), device.name, S_IFCHR | 0666,
+                          makedev(device.major, device.minor)) != 0) {
+                throw SystemError(errno,
+                                  fmt::format("creating the sandbox's /dev/{}", device.name));
+            }
+        }
     }
     for (const auto& [name, link] : {std::pair{"/fd", "/proc/self/fd"},
                                      {"/stdin", "/proc/self/fd/0"},
@@ -216,23 +292,30 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
         0) {
         mount_failed(fmt::format("mounting the writable layer on {}", layer.string()));
     }
-    fs::path root = layer;
-    UniqueFd root_mount = duplicate(layer_mount.get());
-    if (!plan.lower_dirs.empty()) {
-        // Our own fresh tmpfs: fixed names, nothing an image controls.
-        for (const char* dir : {"upper", "work", "root"}) {
-            if (::mkdirat(layer_mount.get(), dir, 0755) != 0) {
-                throw SystemError(errno, fmt::format("creating the layer's {}", dir));
-            }
+    // Our own fresh tmpfs: fixed names, nothing an image controls. `root` becomes the guest's root
+    // (the overlay's mount point when the image has layers, else the directory itself); `empty`
+    // is the empty bottom layer of every host-directory view (host_directory_view).
+    const bool layered = !plan.lower_dirs.empty();
+    std::vector<const char*> layer_dirs{"root", "empty"};
+    if (layered) {
+        layer_dirs.insert(layer_dirs.end(), {"upper", "work"});
+    }
+    for (const char* dir : layer_dirs) {
+        if (::mkdirat(layer_mount.get(), dir, 0755) != 0) {
+            throw SystemError(errno, fmt::format("creating the layer's {}", dir));
         }
-        const auto open_layer = [&](const char* dir) {
-            UniqueFd fd{
-                ::openat(layer_mount.get(), dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
-            if (!fd) {
-                throw SystemError(errno, fmt::format("opening the layer's {}", dir));
-            }
-            return fd;
-        };
+    }
+    const auto open_layer = [&](const char* dir, int flags) {
+        UniqueFd fd{::openat(layer_mount.get(), dir, flags | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+        if (!fd) {
+            throw SystemError(errno, fmt::format("opening the layer's {}", dir));
+        }
+        return fd;
+    };
+    const fs::path root = layer / "root";
+    UniqueFd root_mount = open_layer("root", O_RDONLY);
+    const UniqueFd empty_layer = open_layer("empty", O_PATH);
+    if (layered) {
         // Item 8 of issue 17: overlayfs shows its options in the guest's /proc/self/mountinfo
         // exactly as given, so every layer is named by a descriptor of ours (/proc/self/fd/N,
         // resolved once while the file system is created), never by its host path.
@@ -247,9 +330,9 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
             lowers += (lowers.empty() ? "" : ":") + fd_path(fd.get());
             lower_fds.push_back(std::move(fd));
         }
-        const auto upper = open_layer("upper");
-        const auto work = open_layer("work");
-        const auto point = open_layer("root");
+        const auto upper = open_layer("upper", O_PATH);
+        const auto work = open_layer("work", O_PATH);
+        const auto point = open_layer("root", O_PATH);
         auto overlay = new_mount("overlay",
                                  {{"lowerdir", lowers},
                                   {"upperdir", fd_path(upper.get())},
@@ -259,7 +342,6 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
         // directory fewer to make and remove on the host's file system per sandbox (on the ext4
         // here, mounted with `discard`, each rmdir of a directory waits about 4 ms).
         attach(overlay.get(), point.get(), "the overlay root");
-        root = layer / "root";
         root_mount = std::move(overlay);
     }
     {
@@ -299,9 +381,24 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
             }
             continue;
         }
-        auto point = on_image_path(bind.target, "a mount point", [&] {
-            return tree.mount_point(bind.target, S_ISDIR(info.st_mode));
-        });
+        if (S_ISREG(info.st_mode)) {
+            const auto content = read_host_file(bind.source);
+            on_image_path(bind.target, "a copy of a host file", [&] {
+                GuestWriteOptions options;
+                options.mode = info.st_mode & 0777;
+                options.replace_link = true;
+                tree.write(bind.target, content, options);
+            });
+            continue;
+        }
+        if (!S_ISDIR(info.st_mode)) {
+            throw InvalidArgument(fmt::format(
+                "the host's {} is neither a directory nor a regular file; a sandbox can only be "
+                "given those",
+                bind.source.string()));
+        }
+        auto point = on_image_path(bind.target, "a mount point",
+                                   [&] { return tree.mount_point(bind.target, true); });
         binds.emplace_back(&bind, std::move(point));
         mounted.push_back(bind.target);
     }
@@ -345,10 +442,8 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
 
     // Then our own mounts, each onto the descriptor of its mount point.
     for (const auto& [bind, point] : binds) {
-        const auto tree_mount = clone_host_tree(bind->source);
-        set_attributes(tree_mount.get(), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                       bind->target);
-        attach(tree_mount.get(), point.get(), bind->target);
+        attach(host_directory_view(bind->source, empty_layer.get(), bind->target).get(),
+               point.get(), bind->target);
     }
     build_dev(dev_point.get(), plan, root_owner);
     const auto tmp = new_mount("tmpfs", tmpfs_options(plan.tmp_bytes, "1777"),
@@ -385,6 +480,13 @@ void enter_root() {
     // a user namespace mount proc when an unobscured one is already in its mount namespace.
     if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
         mount_failed("mounting /proc in the sandbox");
+    }
+    // Still as the namespace's root, which may mount over its own /proc; the guest, refused
+    // mount and umount by seccomp and holding no capability, cannot take these off.
+    for (const char* file : kMaskedProcFiles) {
+        if (::mount("/dev/null", file, nullptr, MS_BIND, nullptr) != 0) {
+            throw SystemError(errno, fmt::format("masking {} in the sandbox", file));
+        }
     }
     const std::string old_root = std::string("/") + kOldRootDir;
     if (::umount2(old_root.c_str(), MNT_DETACH) != 0) {

@@ -40,14 +40,31 @@ class McpHttpGuardTest : public McpHttpTest {
     }
 };
 
-TEST_F(McpHttpGuardTest, OriginTricksAreRefusedAfterLoopbackOriginsPass) {
+TEST_F(McpHttpGuardTest, OriginTricksAreRefusedAfterTheServersOwnOriginPasses) {
     const auto port = std::to_string(port_);
-    // Controls: no Origin (a non-browser client) and each loopback origin are admitted.
+    // Controls: no Origin (a non-browser client), and the server's own origin, under each name
+    // the Host header may give it.
     EXPECT_EQ(status_with(admitted_but("Origin", std::nullopt)), 200);
+    EXPECT_EQ(status_with(admitted_but("Origin", "http://127.0.0.1:" + port)), 200);
+    EXPECT_EQ(status_with({{"Host", "localhost:" + port},
+                           {"Authorization", authorization()},
+                           {"Origin", "http://localhost:" + port}}),
+              200);
+    // Another loopback page (another local program's, on another port or address, or the same
+    // server under another name than the request's Host) is not this server's own.
+    const auto other_port = std::to_string(port_ == 65535 ? 1 : port_ + 1);
     for (const auto& origin : std::vector<std::string>{
-             "http://127.0.0.1:" + port, "http://localhost:3000", "https://localhost",
-             "http://[::1]:" + port, "http://127.9.8.7"}) {
-        EXPECT_EQ(status_with(admitted_but("Origin", origin)), 200) << origin;
+             "http://127.0.0.1:" + other_port,
+             "http://localhost:3000",
+             "http://127.0.0.1",
+             "http://localhost:" + port,
+             "http://[::1]:" + port,
+             "http://127.9.8.7:" + port,
+             "https://127.0.0.1:" + port,
+             "https://localhost",
+             "http://127.0.0.1:" + port + ":" + port,
+         }) {
+        EXPECT_EQ(status_with(admitted_but("Origin", origin)), 403) << origin;
     }
     for (const auto& origin : std::vector<std::string>{
              "http://127.0.0.1.evil.example",
@@ -78,8 +95,8 @@ TEST_F(McpHttpGuardTest, OriginTricksAreRefusedAfterLoopbackOriginsPass) {
         EXPECT_EQ(status_with(admitted_but("Origin", origin)), 403) << origin;
     }
     // Two Origin fields: which would a browser have sent? Refused.
-    EXPECT_EQ(status_with(
-                  admitted_but("Origin", "http://localhost", {{"Origin", "http://evil.example"}})),
+    EXPECT_EQ(status_with(admitted_but("Origin", "http://127.0.0.1:" + port,
+                                       {{"Origin", "http://evil.example"}})),
               403);
     EXPECT_TRUE(backend_->acquired.empty());
 }

@@ -28,10 +28,13 @@ HostKind classify_host(std::string_view host) noexcept;
 // is what DNS rebinding points at this server.
 bool host_header_allowed(std::string_view value, std::uint16_t port, bool allow_ip_literals);
 
-// An Origin header: absent is admitted (a non-browser client); present, it must be exactly
-// `http://host[:port]` or `https://host[:port]` with a loopback host (no userinfo, path, query or
-// fragment). `null` and everything else are refused.
-bool origin_allowed(const std::optional<std::string>& value);
+// An Origin header, checked after the Host header `host_header` was admitted: absent is admitted
+// (a non-browser client); present, it must name this server itself, exactly `http://` followed
+// by the same host and port as the Host header (no port means 80; no userinfo, path, query or
+// fragment). A page served from any other origin, another loopback port or address included
+// (another local program's page, which this server never serves), is refused, and so are
+// `https` (this server speaks plain HTTP), `null` and everything else.
+bool origin_allowed(const std::optional<std::string>& value, std::string_view host_header);
 
 // The address the server listens on (unbracketed): loopback per classify_host.
 bool is_loopback_bind(std::string_view host) noexcept;

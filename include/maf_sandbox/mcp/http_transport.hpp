@@ -5,9 +5,9 @@
 //
 // Every request to /mcp is checked, in this order (http_guard.hpp): the Host header (403 unless a
 // loopback host, or with allow_remote an IP literal, with the server's port), the Origin header
-// (403 when present and not a loopback origin), then the bearer token (401 with
-// `WWW-Authenticate: Bearer` when missing or wrong). A header that repeats is refused (403, or
-// 401 for Authorization).
+// (403 when present and not this server's own: `http://` and the Host header's host and port),
+// then the bearer token (401 with `WWW-Authenticate: Bearer` when missing or wrong). A header
+// that repeats is refused (403, or 401 for Authorization).
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>

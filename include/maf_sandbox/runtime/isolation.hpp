@@ -66,7 +66,7 @@ void bring_up_loopback();
 // --- mounts.cpp ---------------------------------------------------------------------------------
 
 struct BindMount {
-    std::filesystem::path source;  // host path; a symlink is recreated as the same symlink
+    std::filesystem::path source;  // host: a dir shown by an overlay, file copied, link recreated
     std::string target;            // absolute guest path
 };
 
@@ -79,7 +79,7 @@ struct GeneratedFile {
 // How a sandbox's root filesystem is assembled, all ids as seen on the host.
 struct RootPlan {
     std::vector<std::filesystem::path> lower_dirs;  // overlay lowers, topmost first; empty: none
-    std::vector<BindMount> ro_binds;                // bound read-only after the root is built
+    std::vector<BindMount> ro_binds;                // host paths shown read-only (mounts.cpp)
     std::vector<GeneratedFile> files;               // e.g. an /etc/passwd naming the guest user
     std::vector<std::string> guest_dirs;            // created and owned by the guest user
     std::uint64_t disk_bytes = 2ull << 30;          // the writable layer (tmpfs) size
@@ -106,8 +106,8 @@ inline constexpr const char* kOldRootDir = ".oldroot";
 
 // Host side, as root: makes this process's mount namespace private, then builds the sandbox's
 // root under `sandbox_dir` (a size-limited tmpfs writable layer, an overlay on the image's lower
-// dirs when it has any, read-only binds, a minimal /dev, /tmp, the guest's dirs) and returns its
-// path. Every mount lives only in this (and the sandbox's copied) mount namespace, so nothing
+// dirs when it has any, read-only host paths, a minimal /dev, /tmp, the guest's dirs) and returns
+// its path. Every mount lives only in this (and the sandbox's copied) mount namespace, so nothing
 // can leak onto the host. The image's tree is touched only through GuestFs from the root's
 // descriptor, and every mount is attached onto a mount point's descriptor (never by name), so a
 // link the image holds is never followed: a link (or a non-directory) where a directory or file
