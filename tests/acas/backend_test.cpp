@@ -38,8 +38,20 @@ TEST(AcasBackend, DeclaresTheCeilingOfTheReadmeAndNothingMore) {
     EXPECT_EQ(d.os_families, (std::set<OsFamily>{OsFamily::posix}));
     EXPECT_EQ(d.isolation_scopes,
               (std::set<IsolationScope>{IsolationScope::conversation, IsolationScope::call}));
-    EXPECT_EQ(d.limits.files_in, kAcasTransferLimits);
+    // The README's figures, written out: comparing with kAcasTransferLimits would compare the
+    // declaration with its own source.
+    const TransferLimits ceiling{32u * 1024 * 1024, 128u * 1024 * 1024, 128};
+    EXPECT_EQ(d.limits.files_in, ceiling);
+    EXPECT_EQ(d.limits.files_out, ceiling);
     EXPECT_EQ(backend->name(), "acas");
+}
+
+TEST(AcasBackend, DeclaresTheTransferLimitsItsConfigSetsPerDirection) {
+    Harness h;
+    const TransferLimits in{1024, 4096, 3}, out{2048, 8192, 5};
+    auto backend = h.backend([&](auto& c) { c.limits = SandboxLimits{in, out}; });
+    EXPECT_EQ(backend->declarations().limits.files_in, in);
+    EXPECT_EQ(backend->declarations().limits.files_out, out);
 }
 
 TEST(AcasBackend, ALoopbackEndpointImpliesEmulatorModeWhichClaimsOnlyTheNamedRung) {
