@@ -9,7 +9,12 @@
 #include <spdlog/spdlog.h>
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "harness.hpp"
 #include "maf_sandbox/core/shell_quote.hpp"
@@ -136,11 +141,17 @@ TEST(AcasAcquireProbes, SuccessfulChecksAreCachedWithTheSandboxForWarmReuse) {
     EXPECT_EQ(commands_containing(h.service, kRemovalProbe), 2u);
 }
 
-TEST(AcasAcquireProbes, AHostToolsCheckFailureIsRefusedWithItsExitAndRetriedOnTheWarmSandbox) {
+TEST(AcasAcquireProbes, AGuestWithoutNohupFailsTheHostToolsCheckWhichIsRetriedOnTheWarmSandbox) {
     Harness h;
     auto backend = h.backend();
-    auto on = std::make_shared<std::atomic<bool>>(true);
-    answer_exec(h.service, kHostToolsProbe, 13, on);
+    auto missing = std::make_shared<std::atomic<bool>>(true);
+    // This image has no nohup: the host_tools probe's own nohup fails (exit 13).
+    h.service.set_rewrite([missing](std::string command) {
+        const std::string nohup = "nohup sh -c";
+        if (const auto at = command.find(nohup); *missing && at != std::string::npos)
+            command.replace(at, 5, "no-such-nohup");
+        return command;
+    });
     // The sandbox is warm already (an exec workload made it), so the failure keeps it.
     drive(h.io, backend->acquire(
                     kKey, h.spec([](auto& f) { f.requires_capabilities = {Capability::exec}; })));
@@ -154,10 +165,30 @@ TEST(AcasAcquireProbes, AHostToolsCheckFailureIsRefusedWithItsExitAndRetriedOnTh
         EXPECT_NE(std::string(e.what()).find("exit 13"), std::string::npos) << e.what();
     }
     EXPECT_EQ(h.service.live_sandboxes(), 1u);
-    *on = false;
+    *missing = false;  // the failure was not cached: the next acquire checks again and passes
     drive(h.io, backend->acquire(kKey, host_tools));
     EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);
-    EXPECT_EQ(commands_containing(h.service, kHostToolsProbe), 2u);  // the failure was not cached
+    EXPECT_EQ(commands_containing(h.service, kHostToolsProbe), 2u);
+}
+
+TEST(AcasAcquireProbes, AGuestWithoutMvFailsTheHostToolsCheck) {
+    Harness h;
+    auto backend = h.backend();
+    // An mv that is missing answers 127, not the 1 a missing source gives: exit 12.
+    h.service.set_rewrite([](std::string command) {
+        const std::string mv = "mv -f ";
+        if (const auto at = command.find(mv); at != std::string::npos)
+            command.replace(at, 2, "no-such-mv");
+        return command;
+    });
+    try {
+        drive(h.io, backend->acquire(kKey, h.spec([](auto& f) {
+            f.requires_capabilities = {Capability::exec, Capability::host_tools};
+        })));
+        FAIL() << "expected SandboxCapabilityNotSupported";
+    } catch (const SandboxCapabilityNotSupported& e) {
+        EXPECT_NE(std::string(e.what()).find("exit 12"), std::string::npos) << e.what();
+    }
 }
 
 TEST(AcasAcquireProbes, ACompletedRemovalRefusalWithdrawsFilesOutAndHostToolsButOnlyWarnsExec) {
@@ -230,13 +261,14 @@ TEST(AcasAcquireProbes, TheRemovalProbeLivesAtTheGuestRootAndIsCleanedUpThroughT
     EXPECT_TRUE(h.service.probe_leftovers().empty());
 }
 
-TEST(AcasAcquireProbes, TheProbeDirectoryIsCleanedUpEvenWhenTheProbeFails) {
+TEST(AcasAcquireProbes, AFailedProbeCleansUpItsDirectoryAndIsRetriedByTheNextAcquire) {
     Harness h;
     auto backend = h.backend();
-    // The probe's rm answers a status the service does not understand: the probe fails.
-    h.service.set_fault([](const net::HttpRequest& request,
-                           const std::string& path) -> std::optional<net::HttpResponse> {
-        if (path.ends_with("/executeShellCommand") &&
+    auto failing = std::make_shared<std::atomic<bool>>(true);
+    // The probe's rm is answered with a service refusal: the probe fails, it reaches no verdict.
+    h.service.set_fault([failing](const net::HttpRequest& request,
+                                  const std::string& path) -> std::optional<net::HttpResponse> {
+        if (*failing && path.ends_with("/executeShellCommand") &&
             request.body.find(kRemovalProbe) != std::string::npos) {
             net::HttpResponse response;
             response.status = 400;
@@ -248,6 +280,62 @@ TEST(AcasAcquireProbes, TheProbeDirectoryIsCleanedUpEvenWhenTheProbeFails) {
     });
     EXPECT_ANY_THROW(drive(h.io, backend->acquire(kKey, h.spec())));
     EXPECT_EQ(h.service.count("DELETE", "/files"), 1u);
+    EXPECT_TRUE(h.service.probe_leftovers().empty());
+    EXPECT_EQ(h.service.live_sandboxes(), 0u);
+    // A transient failure is not a verdict: no hint was recorded, the next acquire probes again.
+    *failing = false;
+    drive(h.io, backend->acquire(kKey, h.spec()));
+    EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 2u);
+    EXPECT_EQ(commands_containing(h.service, kRemovalProbe), 2u);
+}
+
+TEST(AcasAcquireProbes, AGuestThatRemovesTheProbesDirectoryTooHasNotShownAnObservedRemoval) {
+    Harness h;
+    auto backend = h.backend();
+    // This image's rm takes the whole directory: the file is gone but so is its directory.
+    h.service.set_rewrite([](std::string command) {
+        if (command.find(kRemovalProbe) == 0) {
+            command.replace(0, 6, "rm -rf -- ");
+            command.replace(command.find("/probe'"), 7, "'");
+        }
+        return command;
+    });
+    EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec([](auto& f) {
+                     f.requires_capabilities = {Capability::exec, Capability::files_delete};
+                 }))),
+                 SandboxCapabilityNotSupported);
+    // Inconclusive, not a refusal: files_out is still served.
+    drive(h.io, backend->acquire(SandboxKey{"scope-2", "thread-2", "agent-1", ""}, h.spec()));
+    EXPECT_TRUE(h.service.probe_leftovers().empty());
+}
+
+TEST(AcasAcquireProbes, ACancelledProbeStillRemovesItsDirectoryAndTheNewSandbox) {
+    Harness h;
+    auto backend = h.backend();
+    auto in_probe = std::make_shared<std::atomic<bool>>(false);
+    // The guest's rm of the probe is slow enough to cancel the acquire while it runs.
+    h.service.set_fault([in_probe](const net::HttpRequest& request,
+                                   const std::string& path) -> std::optional<net::HttpResponse> {
+        if (path.ends_with("/executeShellCommand") &&
+            request.body.find(kRemovalProbe) != std::string::npos) {
+            *in_probe = true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        }
+        return std::nullopt;
+    });
+    auto race = [&]() -> Task<void> {
+        using namespace boost::asio::experimental::awaitable_operators;
+        auto cancel_in_probe = [&]() -> Task<void> {
+            boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
+            for (int waited = 0; !*in_probe && waited < 2000; ++waited) {  // at most 10 s
+                timer.expires_after(std::chrono::milliseconds(5));
+                co_await timer.async_wait(boost::asio::use_awaitable);
+            }
+        };
+        co_await (backend->acquire(kKey, h.spec()) || cancel_in_probe());
+    };
+    drive(h.io, race());
+    ASSERT_TRUE(*in_probe);
     EXPECT_TRUE(h.service.probe_leftovers().empty());
     EXPECT_EQ(h.service.live_sandboxes(), 0u);
 }

@@ -80,6 +80,66 @@ TEST(AcasAdmission, AcquireIsRefusedWhileARetainedDeletionOfItsKeyAndKindKeepsFa
     EXPECT_NE(*backend->held_sandbox_id(kKey, "shell"), id);
 }
 
+TEST(AcasAdmission, DisposeWithoutAKindDeletesEveryKindAndAFailedOneIsRetainedForTheNextDispose) {
+    Harness h;
+    auto backend = h.backend();
+    drive(h.io, backend->acquire(kKey, h.spec()));
+    drive(h.io, backend->acquire(kKey, h.spec([](auto& f) { f.kind = "codeact"; })));
+    const auto shell = *backend->held_sandbox_id(kKey, "shell");
+    const auto codeact = *backend->held_sandbox_id(kKey, "codeact");
+    auto refuse = std::make_shared<std::atomic<bool>>(true);
+    h.service.set_fault(
+        [refuse, codeact](const net::HttpRequest& request,
+                          const std::string& path) -> std::optional<net::HttpResponse> {
+            if (*refuse && is_sandbox_delete(request, path) && path.ends_with("/" + codeact))
+                return refusal(409, "Conflict");
+            return std::nullopt;
+        });
+    const auto failure = drive(h.io, backend->dispose(kKey, std::nullopt));
+    ASSERT_TRUE(failure);
+    EXPECT_FALSE(h.service.sandbox(shell));
+    EXPECT_TRUE(h.service.sandbox(codeact));
+    // The failed kind is retained: acquiring it is refused, the other kind is free.
+    EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec([](auto& f) { f.kind = "codeact"; }))),
+                 SandboxOutputError);
+    drive(h.io, backend->acquire(kKey, h.spec()));
+    *refuse = false;
+    EXPECT_FALSE(drive(h.io, backend->dispose(kKey, std::string("codeact"))));
+    EXPECT_FALSE(h.service.sandbox(codeact));
+}
+
+TEST(AcasAdmission, AnInvalidatedSandboxMustBeDeletedBeforeItsKeyAndKindGetAnother) {
+    Harness h;
+    auto backend = h.backend();
+    auto sandbox = drive(h.io, backend->acquire(kKey, h.spec()));
+    const auto id = *backend->held_sandbox_id(kKey, "shell");
+    auto refuse = std::make_shared<std::atomic<bool>>(true);
+    h.service.set_fault([refuse](const net::HttpRequest& request,
+                                 const std::string& path) -> std::optional<net::HttpResponse> {
+        if (path.ends_with("/executeShellCommand"))
+            return refusal(503, "Unavailable");  // in flight: the outcome is unknown
+        if (*refuse && is_sandbox_delete(request, path))
+            return refusal(409, "Conflict");
+        return std::nullopt;
+    });
+    ExecRequest request;
+    request.command = std::string("true");
+    EXPECT_THROW(drive(h.io, sandbox->exec(request)), AcasRequestOutcomeUnknown);
+    EXPECT_TRUE(h.service.sandbox(id));  // invalidated, but its deletion was refused
+    h.service.set_fault([refuse](const net::HttpRequest& request,
+                                 const std::string& path) -> std::optional<net::HttpResponse> {
+        if (*refuse && is_sandbox_delete(request, path))
+            return refusal(409, "Conflict");
+        return std::nullopt;
+    });
+    EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec())), SandboxOutputError);
+    EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);
+    *refuse = false;
+    drive(h.io, backend->acquire(kKey, h.spec()));
+    EXPECT_FALSE(h.service.sandbox(id));
+    EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 2u);
+}
+
 TEST(AcasAdmission, AnActivePurgeRefusesAcquiresForItsConversationOnlyUntilItFinishes) {
     Harness h;
     auto backend = h.backend();

@@ -4,6 +4,7 @@
 // relative working directories resolve beneath it and "." names it.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -54,12 +55,15 @@ TEST(AcasStorageBase, AnExistingBaseKeepsItsContentsAndMode) {
     const auto base = h.work.path() / "work";
     fs::create_directories(base);
     ::chmod(base.c_str(), 0711);
+    ASSERT_EQ(::chown(base.c_str(), 4321, 4322), 0);  // the tests run as root
     std::ofstream(base / "kept.txt") << "kept";
     auto backend = h.backend();
     auto sandbox = drive(h.io, backend->acquire(kKey, h.spec()));
     struct stat st {};
     ASSERT_EQ(::stat(base.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 07777, 0711u);
+    EXPECT_EQ(st.st_uid, 4321u);
+    EXPECT_EQ(st.st_gid, 4322u);
     EXPECT_EQ(drive(h.io, sandbox->read_file("kept.txt", "", 100)), "kept");
 }
 
