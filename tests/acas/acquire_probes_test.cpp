@@ -53,6 +53,12 @@ void answer_exec(
         });
 }
 
+// The sh probe is a whole command of its own (the host_tools probe contains the same text).
+std::size_t sh_probes(testing::FakeAcasService& service) {
+    const auto commands = service.exec_commands();
+    return static_cast<std::size_t>(std::count(commands.begin(), commands.end(), kShProbe));
+}
+
 std::size_t commands_containing(testing::FakeAcasService& service, const std::string& needle) {
     const auto commands = service.exec_commands();
     return static_cast<std::size_t>(std::count_if(commands.begin(), commands.end(), [&](auto& c) {
@@ -128,12 +134,12 @@ TEST(AcasAcquireProbes, SuccessfulChecksAreCachedWithTheSandboxForWarmReuse) {
         f.requires_capabilities = {Capability::exec, Capability::files_out, Capability::host_tools};
     });
     drive(h.io, backend->acquire(kKey, spec));
-    EXPECT_EQ(commands_containing(h.service, kShProbe), 1u);
+    EXPECT_EQ(sh_probes(h.service), 1u);
     EXPECT_EQ(commands_containing(h.service, kHostToolsProbe), 1u);
     EXPECT_EQ(commands_containing(h.service, kRemovalProbe), 1u);
     drive(h.io, backend->acquire(kKey, spec));
     EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);
-    EXPECT_EQ(commands_containing(h.service, kShProbe), 1u);
+    EXPECT_EQ(sh_probes(h.service), 1u);
     EXPECT_EQ(commands_containing(h.service, kHostToolsProbe), 1u);
     EXPECT_EQ(commands_containing(h.service, kRemovalProbe), 1u);
     // A new sandbox (another key) runs its own checks.

@@ -5,6 +5,7 @@
 // disposed; direct cancellation of an exec disposes the sandbox.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <barrier>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -165,7 +166,8 @@ TEST(AcasAdmission, AnActivePurgeRefusesAcquiresForItsConversationOnlyUntilItFin
             purge = co_await backend->dispose_scope("scope-1", "thread-1");
         };
         auto acquire_meanwhile = [&]() -> Task<void> {
-            EXPECT_TRUE(co_await poll_until([&] { return deleting->load(); }));
+            const bool reached = co_await poll_until([&] { return deleting->load(); });
+            EXPECT_TRUE(reached);
             try {
                 co_await backend->acquire(kKey, h.spec());
             } catch (const SandboxOutputError&) {
@@ -208,7 +210,8 @@ TEST(AcasAdmission, AnotherConversationIsAcquiredWhileAPurgeRuns) {
             co_await backend->dispose_scope("scope-1", "thread-1");
         };
         auto other = [&]() -> Task<void> {
-            EXPECT_TRUE(co_await poll_until([&] { return deleting->load(); }));
+            const bool reached = co_await poll_until([&] { return deleting->load(); });
+            EXPECT_TRUE(reached);
             *release = true;  // the fake serves one request at a time: let the purge go on
             const SandboxKey key{"scope-1", "thread-2", "agent-1", ""};
             co_await backend->acquire(key, h.spec());
@@ -223,6 +226,8 @@ TEST(AcasAdmission, AnotherConversationIsAcquiredWhileAPurgeRuns) {
 
 TEST(AcasAdmission, AcquireForOneKeyAndKindIsSerialisedAcrossEventLoops) {
     Harness h;
+    // One event loop per thread, outliving the backend whose pooled clients are bound to them.
+    std::array<asio::io_context, 2> loops_io;
     auto backend = h.backend();
     // A slow label listing: without the lock both acquires would list before either creates.
     h.service.set_fault([](const net::HttpRequest& request,
@@ -237,10 +242,9 @@ TEST(AcasAdmission, AcquireForOneKeyAndKindIsSerialisedAcrossEventLoops) {
     std::vector<std::thread> loops;
     for (int i = 0; i < 2; ++i) {
         loops.emplace_back([&, i] {
-            asio::io_context io;  // each thread its own event loop
             start.arrive_and_wait();
             try {
-                drive(io, backend->acquire(kKey, h.spec()));
+                drive(loops_io[i], backend->acquire(kKey, h.spec()));
                 ids[i] = backend->held_sandbox_id(kKey, "shell");
             } catch (...) {
                 failures[i] = std::current_exception();

@@ -279,6 +279,15 @@ class FakeAcasService {
         {
             std::lock_guard lock(mutex_);
             log_.emplace_back(request.method, path);
+            // Recorded before any fault answers it, so a test sees every command sent.
+            if (request.method == "POST" && path.ends_with("/executeShellCommand")) {
+                try {
+                    exec_commands_.emplace_back(
+                        json::parse(request.body).at("command").as_string());
+                } catch (const std::exception&) {
+                    exec_commands_.emplace_back();
+                }
+            }
             authorizations_.push_back(request.headers.get("Authorization").value_or(""));
             fault = fault_;
         }
@@ -387,7 +396,6 @@ class FakeAcasService {
                                         ? std::string(body.at("workingDirectory").as_string())
                                         : "/";
             std::string command(body.at("command").as_string());
-            exec_commands_.push_back(command);
             if (rewrite_)
                 command = rewrite_(std::move(command));
             command = host_command(std::move(command));

@@ -11,9 +11,9 @@ const std::string kReplacement = "\xef\xbf\xbd";
 
 TEST(ExecResultViews, TheBytesAreKeptAndTheTextViewsReplaceInvalidSequences) {
     ExecResult result;
-    result.stdout_bytes = std::string("ok \xff\xfe end\0", 11);
+    result.stdout_bytes = std::string("ok \xff\xfe end\0", 10);
     result.stderr_bytes = "caf\xc3";  // a sequence cut short at the end
-    EXPECT_EQ(result.stdout_bytes.size(), 11u);
+    EXPECT_EQ(result.stdout_bytes.size(), 10u);
     EXPECT_EQ(result.stdout_text(), "ok " + kReplacement + kReplacement + std::string(" end\0", 5));
     EXPECT_EQ(result.stderr_text(), "caf" + kReplacement);
     EXPECT_EQ(result.stderr_bytes, "caf\xc3");  // the view changed nothing
