@@ -178,7 +178,7 @@ TEST_F(Live, FilesOutFilesInAndExecSharedProbesPassAgainstTheService) {
     EXPECT_EQ(files_list_skipped, 0) << "a FILES_LIST-gated FILES_OUT probe was skipped";
 }
 
-TEST_F(Live, FilesDeleteEveryProbeReachesAVerdict) {
+TEST_F(Live, FilesDeleteEveryProbePassesAgainstTheService) {
     PosixGuestSubject subject(shared_->sandbox, sandbox().base_directory() + "/delete-" + run_id(),
                               backend().declarations().capabilities);
     const auto results = drive(io(), measure_files_delete_probes(subject));
