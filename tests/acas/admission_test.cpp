@@ -1,8 +1,9 @@
 // Cleanup admission and the held record (README "Cleanup admission also applies to direct backend
 // callers" and the egress paragraph after it): acquire is refused while a retained deletion keeps
 // failing and while a scope purge runs, other conversations stay available; acquire for one key
-// and kind is serialised across event loops; a failed resume keeps the held record until it is
-// disposed; direct cancellation of an exec disposes the sandbox.
+// and kind is serialised across event loops while other keys and kinds never wait for it; a failed
+// resume keeps the held record until it is disposed; direct cancellation of an exec disposes the
+// sandbox.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "harness.hpp"
+#include "maf_sandbox/azure/credentials.hpp"
 
 namespace maf_sandbox::acas {
 namespace {
@@ -48,6 +50,25 @@ Task<bool> poll_until(std::function<bool()> done, std::chrono::milliseconds limi
         co_await timer.async_wait(asio::use_awaitable);
     }
     co_return true;
+}
+
+// A host resolver whose first answer waits until `release` (at most 10 s); later ones answer at
+// once. The acquire that asked first holds its key and kind's lock meanwhile.
+Task<AcasCredentialBinding> first_answer_waits(std::shared_ptr<std::atomic<int>> calls,
+                                               std::shared_ptr<std::atomic<bool>> release,
+                                               AcasCredentialRequest) {
+    if ((*calls)++ == 0) {
+        std::function<bool()> released_yet = [release] { return release->load(); };
+        const bool released = co_await poll_until(std::move(released_yet), 10s);
+        EXPECT_TRUE(released);
+    }
+    AcasCredentialBinding binding;
+    binding.authority = "host";
+    binding.generation = "1";
+    binding.create_credential = [](asio::any_io_executor) {
+        return azure::make_static_token_credential("test-token");
+    };
+    co_return binding;
 }
 
 TEST(AcasAdmission, AcquireIsRefusedWhileARetainedDeletionOfItsKeyAndKindKeepsFailing) {
@@ -261,6 +282,44 @@ TEST(AcasAdmission, AcquireForOneKeyAndKindIsSerialisedAcrossEventLoops) {
     EXPECT_EQ(h.service.live_sandboxes(), 1u);
     ASSERT_TRUE(ids[0] && ids[1]);
     EXPECT_EQ(*ids[0], *ids[1]);
+}
+
+TEST(AcasAdmission, AcquiresForOtherKeysAndKindsDoNotWaitForAnAcquireInProgress) {
+    Harness h;
+    auto calls = std::make_shared<std::atomic<int>>(0);
+    auto release = std::make_shared<std::atomic<bool>>(false);
+    auto backend = h.backend([&](AcasSandboxConfig& c) {
+        c.token.reset();
+        c.credential_resolver = [calls, release](AcasCredentialRequest request) {
+            return first_answer_waits(calls, release, std::move(request));
+        };
+    });
+    bool first_done = false;
+    bool others_done_first = false;
+    auto all = [&]() -> Task<void> {
+        using namespace asio::experimental::awaitable_operators;
+        auto first = [&]() -> Task<void> {
+            co_await backend->acquire(kKey, h.spec());
+            first_done = true;
+        };
+        auto others = [&]() -> Task<void> {
+            const bool waiting = co_await poll_until([&] { return calls->load() > 0; });
+            EXPECT_TRUE(waiting);
+            // Another key of the same conversation, then another kind of the same key.
+            // Named arguments: GCC 12 mishandles temporaries passed to a coroutine in co_await.
+            const SandboxKey other_key{"scope-1", "thread-1", "agent-2", ""};
+            const auto shell = h.spec();
+            const auto codeact = h.spec([](auto& f) { f.kind = "codeact"; });
+            co_await backend->acquire(other_key, shell);
+            co_await backend->acquire(kKey, codeact);
+            others_done_first = !first_done;
+            *release = true;
+        };
+        co_await (first() && others());
+    };
+    drive(h.io, all());
+    EXPECT_TRUE(others_done_first);
+    EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 3u);
 }
 
 TEST(AcasAdmission, AFailedResumeKeepsTheHeldRecordUntilItIsDisposed) {
