@@ -208,6 +208,80 @@ TEST(AcasAdmission, AnActivePurgeRefusesAcquiresForItsConversationOnlyUntilItFin
     EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 2u);
 }
 
+TEST(AcasAdmission, AcquiresStayRefusedUntilEveryOverlappingPurgeHasFinished) {
+    Harness h;
+    auto calls = std::make_shared<std::atomic<int>>(0);
+    auto release = std::make_shared<std::atomic<bool>>(false);
+    auto backend = h.backend([&](AcasSandboxConfig& c) {
+        c.token.reset();
+        c.credential_resolver = [calls, release](AcasCredentialRequest request) {
+            return first_answer_waits(calls, release, std::move(request));
+        };
+    });
+    bool refused_after_second = false;
+    bool served_after_both = false;
+    auto all = [&]() -> Task<void> {
+        using namespace asio::experimental::awaitable_operators;
+        auto first = [&]() -> Task<void> {
+            co_await backend->dispose_scope("scope-1", "thread-1");  // held in the resolver
+            const auto spec = h.spec();
+            co_await backend->acquire(kKey, spec);
+            served_after_both = true;
+        };
+        auto second = [&]() -> Task<void> {
+            const bool held = co_await poll_until([&] { return calls->load() > 0; });
+            EXPECT_TRUE(held);
+            co_await backend->dispose_scope("scope-1", "thread-1");  // finishes first
+            try {
+                const auto spec = h.spec();
+                co_await backend->acquire(kKey, spec);
+            } catch (const SandboxOutputError&) {
+                refused_after_second = true;  // the first purge is still running
+            }
+            *release = true;
+        };
+        co_await (first() && second());
+    };
+    drive(h.io, all());
+    EXPECT_TRUE(refused_after_second);
+    EXPECT_TRUE(served_after_both);
+}
+
+TEST(AcasAdmission, ACancelledPurgeStopsRefusingAcquires) {
+    Harness h;
+    auto calls = std::make_shared<std::atomic<int>>(0);
+    auto release = std::make_shared<std::atomic<bool>>(false);
+    auto backend = h.backend([&](AcasSandboxConfig& c) {
+        c.token.reset();
+        c.credential_resolver = [calls, release](AcasCredentialRequest request) {
+            return first_answer_waits(calls, release, std::move(request));
+        };
+    });
+    bool refused_while_purging = false;
+    auto race = [&]() -> Task<void> {
+        using namespace asio::experimental::awaitable_operators;
+        auto purge = [&]() -> Task<void> {
+            co_await backend->dispose_scope("scope-1", "thread-1");  // held in the resolver
+        };
+        auto cancel_it = [&]() -> Task<void> {
+            const bool held = co_await poll_until([&] { return calls->load() > 0; });
+            EXPECT_TRUE(held);
+            try {
+                const auto spec = h.spec();
+                co_await backend->acquire(kKey, spec);
+            } catch (const SandboxOutputError&) {
+                refused_while_purging = true;
+            }
+        };
+        co_await (purge() || cancel_it());  // the purge is cancelled once this returns
+    };
+    drive(h.io, race());
+    EXPECT_TRUE(refused_while_purging);
+    *release = true;
+    drive(h.io, backend->acquire(kKey, h.spec()));  // the cancelled purge no longer refuses
+    EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);
+}
+
 TEST(AcasAdmission, AnotherConversationIsAcquiredWhileAPurgeRuns) {
     Harness h;
     auto backend = h.backend();
