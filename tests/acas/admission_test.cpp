@@ -441,6 +441,56 @@ TEST(AcasAdmission, AHeldSandboxTheServiceNoLongerHasIsReplacedByANewOne) {
     EXPECT_NE(*backend->held_sandbox_id(kKey, "shell"), id);
 }
 
+TEST(AcasAdmission, AnInvalidationDuringWorkDirectoryPreparationRefusesTheAcquire) {
+    Harness h;
+    auto backend = h.backend();
+    auto sandbox = drive(h.io, backend->acquire(kKey, h.spec()));
+    const auto id = *backend->held_sandbox_id(kKey, "shell");
+    auto preparing = std::make_shared<std::atomic<bool>>(false);
+    // The warm acquire's storage-base mkdir is slow: the sandbox is invalidated meanwhile.
+    h.service.set_fault([preparing](const net::HttpRequest&,
+                                    const std::string& path) -> std::optional<net::HttpResponse> {
+        if (path.ends_with("/files/mkdir") && !*preparing) {
+            *preparing = true;
+            std::this_thread::sleep_for(300ms);
+        }
+        return std::nullopt;
+    });
+    bool refused = false;
+    auto both = [&]() -> Task<void> {
+        using namespace asio::experimental::awaitable_operators;
+        auto again = [&]() -> Task<void> {
+            // Refused either by the final check (SandboxOutputError) or, when the background
+            // deletion has already answered, by the base walk finding the sandbox gone.
+            try {
+                const auto spec = h.spec();
+                co_await backend->acquire(kKey, spec);
+            } catch (const Error&) {
+                refused = true;
+            }
+        };
+        auto invalidate = [&]() -> Task<void> {
+            const bool reached = co_await poll_until([&] { return preparing->load(); });
+            EXPECT_TRUE(reached);
+            // An exec whose deadline has passed times out without a request and invalidates.
+            ExecRequest request;
+            request.command = std::string("true");
+            request.timeout = Seconds{0};
+            try {
+                co_await sandbox->exec(request);
+            } catch (const Timeout&) {
+            }
+        };
+        co_await (again() && invalidate());
+    };
+    drive(h.io, both());
+    EXPECT_TRUE(refused);
+    // Retrying recovers: the invalidated sandbox is deleted first, then a new one is created.
+    drive(h.io, backend->acquire(kKey, h.spec()));
+    EXPECT_FALSE(h.service.sandbox(id));
+    EXPECT_NE(*backend->held_sandbox_id(kKey, "shell"), id);
+}
+
 TEST(AcasAdmission, CancellingAnExecDisposesTheSandbox) {
     Harness h;
     auto backend = h.backend();
