@@ -3,7 +3,10 @@
 // removal runs as the guest and is confirmed through the file plane.
 #include <fmt/format.h>
 #include <spdlog/logger.h>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/system/system_error.hpp>
 
 #include "backend_state.hpp"
 #include "exec_capture.hpp"
@@ -115,6 +118,13 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
         const auto command = capture::capture_command(token, line, limit, had_stdin);
         const auto answer = co_await lease->exec(held_->id, command, working_directory, deadline,
                                                  capture::kRetrievalAnswerBytes);
+        // The HTTP exchange runs to its answer even when the caller cancels meanwhile; a
+        // cancelled exec still ends as one, so the sandbox is disposed like any other failure.
+        if ((co_await asio::this_coro::cancellation_state).cancelled() !=
+            asio::cancellation_type::none) {
+            throw boost::system::system_error(asio::error::operation_aborted,
+                                              "the exec was cancelled");
+        }
         auto captured = answer.exit_code == 0 && answer.stderr_text.empty()
                             ? capture::parse_capture(token, answer.stdout_text)
                             : std::nullopt;
@@ -190,6 +200,9 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
     } catch (...) {
         failure = std::current_exception();
     }
+    // A cancelled exec disposes the sandbox too; until this reset, every later co_await of an
+    // awaitable (invalidate included) would throw operation_aborted before doing anything.
+    co_await asio::this_coro::reset_cancellation_state();
     // Whatever was in flight when the caller's timeout expired, that is exactly a Timeout: report
     // it on time and dispose the sandbox in the background.
     if (SteadyClock::now() >= deadline) {

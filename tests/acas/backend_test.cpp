@@ -38,8 +38,20 @@ TEST(AcasBackend, DeclaresTheCeilingOfTheReadmeAndNothingMore) {
     EXPECT_EQ(d.os_families, (std::set<OsFamily>{OsFamily::posix}));
     EXPECT_EQ(d.isolation_scopes,
               (std::set<IsolationScope>{IsolationScope::conversation, IsolationScope::call}));
-    EXPECT_EQ(d.limits.files_in, kAcasTransferLimits);
+    // The README's figures, written out: comparing with kAcasTransferLimits would compare the
+    // declaration with its own source.
+    const TransferLimits ceiling{32u * 1024 * 1024, 128u * 1024 * 1024, 128};
+    EXPECT_EQ(d.limits.files_in, ceiling);
+    EXPECT_EQ(d.limits.files_out, ceiling);
     EXPECT_EQ(backend->name(), "acas");
+}
+
+TEST(AcasBackend, DeclaresTheTransferLimitsItsConfigSetsPerDirection) {
+    Harness h;
+    const TransferLimits in{1024, 4096, 3}, out{2048, 8192, 5};
+    auto backend = h.backend([&](auto& c) { c.limits = SandboxLimits{in, out}; });
+    EXPECT_EQ(backend->declarations().limits.files_in, in);
+    EXPECT_EQ(backend->declarations().limits.files_out, out);
 }
 
 TEST(AcasBackend, ALoopbackEndpointImpliesEmulatorModeWhichClaimsOnlyTheNamedRung) {
@@ -232,8 +244,10 @@ TEST(AcasBackend, AFailedScratchRemovalWarnsNamingTheDirectoryAndKeepsTheBytes) 
     request.command =
         std::string(kScratchOfThisExec) + ": > \"$d/extra\"; printf '%s' \"$d\"; exit 4";
     const auto before = h.service.requests();
+    const auto file_plane_deletes = h.service.count("DELETE", "/files");
     const auto result = drive(h.io, sandbox->exec(request));
     EXPECT_EQ(h.service.requests() - before, 1u);
+    EXPECT_EQ(h.service.count("DELETE", "/files"), file_plane_deletes);  // no host-plane removal
     EXPECT_EQ(result.exit_code, 4);
     ASSERT_EQ(result.stdout_bytes.rfind("/tmp/maf-exec-", 0), 0u);
     const auto warnings = sink->last_formatted();
@@ -264,6 +278,9 @@ TEST(AcasBackend, AWarmAcquireWithChangedEgressRaisesTheConflictAndKeepsTheOrigi
     } catch (const EgressPolicyConflict& e) {
         EXPECT_EQ(e.type_name(), "AcasEgressPolicyConflict");
     }
+    // Existing catches of the unsupported-mode error still see it.
+    EXPECT_THROW(drive(h.io, backend->acquire(kKey, with_hosts({"c.example.com"}))),
+                 SandboxEgressNotEnforced);
     EXPECT_EQ(*backend->held_sandbox_id(kKey, "shell"), id);
     EXPECT_TRUE(h.service.sandbox(id));
     EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);

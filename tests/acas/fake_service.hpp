@@ -2,7 +2,12 @@
 // exec runs the command under this host's /bin/sh, and the file plane is this host's filesystem
 // (guest paths are host paths, as in the core tests' HostShellSandbox). It has no isolation at
 // all; it exists so the backend's real HTTP, capture scripts and path walks run end to end until
-// the acas-emulator is available. `fault` lets a test answer any request itself.
+// the acas-emulator is available. `fault` lets a test answer any request itself; `rewrite` lets it
+// stand in for an image whose commands behave differently (a wrapper `rm`, a missing tool).
+//
+// One guest name is not a host path: the removal probe's directories at the guest's root
+// (/.maf-authority-*) live in this fake's private directory, so a test never writes into the
+// test host's real `/`.
 #pragma once
 
 #include <dirent.h>
@@ -122,6 +127,9 @@ class FakeAcasService {
   public:
     using Fault = std::function<std::optional<net::HttpResponse>(const net::HttpRequest&,
                                                                  const std::string& path)>;
+    // Applied to every exec command before the host shell runs it.
+    using Rewrite = std::function<std::string(std::string command)>;
+    static constexpr const char* kProbePrefix = "/.maf-authority-";
 
     explicit FakeAcasService(std::optional<std::string> emulator_header = std::nullopt)
         : emulator_header_(std::move(emulator_header)),
@@ -131,6 +139,8 @@ class FakeAcasService {
               },
               true) {
         ca_file_ = dir_.write("ca.pem", server_.ca_pem());
+        probe_root_ = (dir_.path() / "guest-root").string();
+        std::filesystem::create_directories(probe_root_);
     }
 
     // A real service's disposal takes the guest's /tmp with it; here the guest is this host, so
@@ -152,6 +162,29 @@ class FakeAcasService {
     void set_fault(Fault fault) {
         std::lock_guard lock(mutex_);
         fault_ = std::move(fault);
+    }
+    void set_rewrite(Rewrite rewrite) {
+        std::lock_guard lock(mutex_);
+        rewrite_ = std::move(rewrite);
+    }
+    // Every exec command received, as the client sent it, in order.
+    std::vector<std::string> exec_commands() {
+        std::lock_guard lock(mutex_);
+        return exec_commands_;
+    }
+    // Every path the file plane was asked to create with mkdir, in order.
+    std::vector<std::string> mkdirs() {
+        std::lock_guard lock(mutex_);
+        return mkdirs_;
+    }
+    // The host directory holding the guest root's probe directories (see the header comment).
+    const std::string& probe_root() const { return probe_root_; }
+    // The probe directories left behind (none once every probe cleaned up).
+    std::vector<std::string> probe_leftovers() const {
+        std::vector<std::string> names;
+        for (const auto& child : std::filesystem::directory_iterator(probe_root_))
+            names.push_back(child.path().filename().string());
+        return names;
     }
     std::size_t count(const std::string& method, const std::string& path_suffix) {
         std::lock_guard lock(mutex_);
@@ -194,11 +227,31 @@ class FakeAcasService {
         return reply(status, json::object{{"title", title}, {"status", status}, {"detail", title}});
     }
 
-    static json::object entry(const std::string& path) {
+    // The probe directories' guest name mapped into probe_root_; every other path as it is.
+    std::string host_path(const std::string& guest) const {
+        if (guest.rfind(kProbePrefix, 0) == 0)
+            return probe_root_ + guest;
+        return guest;
+    }
+    std::string host_command(std::string command) const {
+        const std::string prefix = kProbePrefix;
+        std::size_t at = 0;
+        while ((at = command.find(prefix, at)) != std::string::npos) {
+            // Only a word that starts with the name is the probe's path (quoted or bare).
+            if (at == 0 || command[at - 1] == '\'' || command[at - 1] == ' ') {
+                command.insert(at, probe_root_);
+                at += probe_root_.size();
+            }
+            at += prefix.size();
+        }
+        return command;
+    }
+
+    static json::object entry(const std::string& path, const std::string& shown) {
         struct stat st {};
         ::lstat(path.c_str(), &st);
-        json::object e{{"name", std::filesystem::path(path).filename().string()},
-                       {"path", path},
+        json::object e{{"name", std::filesystem::path(shown).filename().string()},
+                       {"path", shown},
                        {"size", static_cast<std::int64_t>(st.st_size)},
                        {"mode", static_cast<std::int64_t>(st.st_mode & 07777)},
                        {"isDir", S_ISDIR(st.st_mode)},
@@ -226,6 +279,15 @@ class FakeAcasService {
         {
             std::lock_guard lock(mutex_);
             log_.emplace_back(request.method, path);
+            // Recorded before any fault answers it, so a test sees every command sent.
+            if (request.method == "POST" && path.ends_with("/executeShellCommand")) {
+                try {
+                    exec_commands_.emplace_back(
+                        json::parse(request.body).at("command").as_string());
+                } catch (const std::exception&) {
+                    exec_commands_.emplace_back();
+                }
+            }
             authorizations_.push_back(request.headers.get("Authorization").value_or(""));
             fault = fault_;
         }
@@ -333,7 +395,10 @@ class FakeAcasService {
             const std::string cwd = body.contains("workingDirectory")
                                         ? std::string(body.at("workingDirectory").as_string())
                                         : "/";
-            const std::string command(body.at("command").as_string());
+            std::string command(body.at("command").as_string());
+            if (rewrite_)
+                command = rewrite_(std::move(command));
+            command = host_command(std::move(command));
             const std::string marker = "maf-exec-";
             for (auto at = command.find(marker); at != std::string::npos;
                  at = command.find(marker, at + 1)) {
@@ -349,12 +414,13 @@ class FakeAcasService {
                                            {"stderr", outcome.err},
                                            {"exitCode", outcome.code}});
         }
-        const std::string file = query["path"];
+        const std::string guest_file = query["path"];
+        const std::string file = host_path(guest_file);
         if (sub == "/files/stat") {
             struct stat st {};
             if (::lstat(file.c_str(), &st) != 0)
                 return problem(404, "FileNotFound");
-            return reply(200, entry(file));
+            return reply(200, entry(file, guest_file));
         }
         if (sub == "/files/list") {
             std::error_code error;
@@ -362,9 +428,10 @@ class FakeAcasService {
                 return problem(404, "DirectoryNotFound");
             json::array entries;
             for (const auto& child : std::filesystem::directory_iterator(file)) {
-                entries.push_back(entry(file + "/" + child.path().filename().string()));
+                const auto name = child.path().filename().string();
+                entries.push_back(entry(file + "/" + name, guest_file + "/" + name));
             }
-            return reply(200, json::object{{"path", file}, {"entries", entries}});
+            return reply(200, json::object{{"path", guest_file}, {"entries", entries}});
         }
         if (sub == "/files" && request.method == "GET") {
             std::ifstream in(file, std::ios::binary);
@@ -390,8 +457,12 @@ class FakeAcasService {
             return reply(200);
         }
         if (sub == "/files/mkdir") {
-            std::filesystem::create_directories(
-                std::string(json::parse(request.body).at("path").as_string()));
+            const std::string guest(json::parse(request.body).at("path").as_string());
+            mkdirs_.push_back(guest);
+            std::error_code error;
+            std::filesystem::create_directories(host_path(guest), error);
+            if (error)
+                return problem(409, "PathConflict");
             return reply(200);
         }
         return problem(404, "NotFound");
@@ -410,6 +481,10 @@ class FakeAcasService {
     std::string ca_file_;
     std::mutex mutex_;
     Fault fault_;
+    Rewrite rewrite_;
+    std::vector<std::string> exec_commands_;
+    std::vector<std::string> mkdirs_;
+    std::string probe_root_;
     std::vector<std::pair<std::string, std::string>> log_;
     std::map<std::string, json::object> sandboxes_;
     std::map<std::string, std::set<std::string>> scratch_;  // sandbox id -> exec tokens

@@ -1,12 +1,14 @@
 // The removal probe's image-level hint (README "Guest removal compatibility is checked at
 // acquire"): a completed refusal refuses a cold acquire of the same image before any create for
 // image_hint seconds from that probe; refusals served from the hint never extend it; after
-// expiry the next cold acquire creates and probes again, so a repaired image recovers.
+// expiry the next cold acquire creates and probes again, so a repaired image recovers. Nothing
+// here sleeps to wait: expiry is found by acquiring until one is served, under a deadline.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <chrono>
-#include <thread>
 
 #include "harness.hpp"
 
@@ -32,27 +34,47 @@ void refuse_guest_removal(testing::FakeAcasService& service,
     });
 }
 
+// Acquires until one is served, pausing briefly between attempts; each refusal must come from
+// the hint (nothing created). Returns when the acquire succeeded, or nullopt at the deadline.
+Task<std::optional<std::chrono::steady_clock::time_point>> acquire_until_served(
+    Harness& h, AcasBackend& backend, std::chrono::steady_clock::time_point deadline) {
+    boost::asio::steady_timer pause(co_await boost::asio::this_coro::executor);
+    while (std::chrono::steady_clock::now() < deadline) {
+        try {
+            co_await backend.acquire(kKey, h.spec());
+            co_return std::chrono::steady_clock::now();
+        } catch (const SandboxCapabilityNotSupported&) {
+            EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);
+        }
+        pause.expires_after(std::chrono::milliseconds(20));
+        co_await pause.async_wait(boost::asio::use_awaitable);
+    }
+    co_return std::nullopt;
+}
+
 TEST(AcasImageHint, ACompletedRefusalRefusesBeforeCreateUntilItExpiresThenTheImageRecovers) {
     Harness h;
-    auto backend = h.backend([](auto& c) { c.image_hint = Seconds{1.0}; });
+    constexpr auto kHint = std::chrono::seconds(3);
+    auto backend = h.backend([&](auto& c) { c.image_hint = Seconds{3.0}; });
     auto broken = std::make_shared<std::atomic<bool>>(true);
     refuse_guest_removal(h.service, broken);
+    const auto before_probe = std::chrono::steady_clock::now();
     // The probe completes with a refusal: files_out is withdrawn and the new sandbox disposed.
     EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec())), SandboxCapabilityNotSupported);
-    const auto probed = std::chrono::steady_clock::now();  // the hint was set just before
     EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);
     EXPECT_EQ(h.service.live_sandboxes(), 0u);
 
-    // Within the hint: refused before any create, even once the image is repaired.
-    std::this_thread::sleep_until(probed + std::chrono::milliseconds(300));
+    // The image is repaired at once, but the hint still refuses before any create.
     *broken = false;
     EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec())), SandboxCapabilityNotSupported);
     EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);
 
-    // Past the probe's second, but under a second after the hint's last refusal: that refusal
-    // did not extend it, so this cold acquire creates, probes the repaired image and succeeds.
-    std::this_thread::sleep_until(probed + std::chrono::milliseconds(1050));
-    auto sandbox = drive(h.io, backend->acquire(kKey, h.spec()));
+    // Acquiring every 20 ms: were a served refusal to extend the hint, none would ever succeed.
+    // The first success comes once the probe's hint has run out, and it creates and probes anew.
+    const auto served = drive(
+        h.io, acquire_until_served(h, *backend, before_probe + kHint + std::chrono::seconds(30)));
+    ASSERT_TRUE(served) << "the hint never expired while refusals kept arriving";
+    EXPECT_GE(*served - before_probe, kHint);
     EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 2u);
     EXPECT_EQ(h.service.live_sandboxes(), 1u);
 }

@@ -3,10 +3,17 @@
 # scenario and baseline with its percentiles. No thresholds: CI machines are noisy.
 set -euo pipefail
 cli=$1
+# The build's acas-emulator, when it has one: then the acas_ scenarios must run.
+required_emulator=${2:-}
+if [[ -n "$required_emulator" && ! -x "$(dirname "$cli")/acas-emulator" ]]; then
+    echo "bench --quick: acas-emulator is not next to the CLI ($required_emulator); build it" >&2
+    exit 1
+fi
 out=$(mktemp /tmp/maf-bench-json-XXXXXX)
 trap 'rm -f "$out"' EXIT
 "$cli" bench --quick --json "$out" >/dev/null
-# The acas_ scenarios run when acas-emulator sits next to the CLI (else the bench skips them).
+# The acas_ scenarios run when acas-emulator sits next to the CLI (else the bench skips them; the
+# test requires them whenever the build has an emulator, checked above).
 emulator=0
 [[ -x "$(dirname "$cli")/acas-emulator" ]] && emulator=1
 python3 - "$out" "$emulator" <<'PY'
