@@ -108,6 +108,7 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
     auto lease = co_await state_->lease(held_->binding);
     std::exception_ptr failure;
     bool sandbox_whole = false;
+    bool program_ran = false;
     try {
         // One guest command: capture, and for output that fits one answer also its readback and
         // the scratch removal. The answer bound is a retrieval answer's, which inline output
@@ -115,6 +116,7 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
         const auto command = capture::capture_command(token, line, limit, had_stdin);
         const auto answer = co_await lease->exec(held_->id, command, working_directory, deadline,
                                                  capture::kRetrievalAnswerBytes);
+        program_ran = true;
         auto captured = answer.exit_code == 0 && answer.stderr_text.empty()
                             ? capture::parse_capture(token, answer.stdout_text)
                             : std::nullopt;
@@ -181,8 +183,12 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
         }
         co_return ExecResult{std::move(streams[0]), std::move(streams[1]), manifest.exit_code};
     } catch (const AcasThrottled&) {
-        // Only a Retry-After wait was pending: nothing ran, the sandbox is whole.
-        throw;
+        // Only a Retry-After wait was pending before the program was sent: nothing ran, the
+        // sandbox is whole. Once it ran, a throttled readback leaves its scratch behind: that is
+        // a failure like any other.
+        if (!program_ran)
+            throw;
+        failure = std::current_exception();
     } catch (const ExecOutputLimitExceeded&) {
         if (sandbox_whole)
             throw;

@@ -131,7 +131,8 @@ MAF_SANDBOX_ERROR(SandboxLandingExists, SandboxOutputError);
 
 // --- TimeoutError family: exactly "the caller's timeout expired", nothing else. -----------------
 MAF_SANDBOX_ERROR(Timeout, Error);
-// run_code's deadline expired while queued: the program never ran.
+// The deadline expired before the work was started (run_code queued, a request held back by
+// the service's Retry-After): it never ran, so nothing in the sandbox changed.
 MAF_SANDBOX_ERROR(SandboxQueuedTimeout, Timeout);
 
 // A host-tool run outlived its deadline. `signal` says what happened to the program
