@@ -915,9 +915,9 @@ Task<void> AcasBackend::close() {
                                        failures.front()));
     }
     if (!problems.empty()) {
-        throw AcasClientCloseError(fmt::format(
-            "{}. Keep the owning io_contexts running until close() returns",
-            fmt::join(problems, "; ")));
+        throw AcasClientCloseError(
+            fmt::format("{}. Keep the owning io_contexts running until close() returns",
+                        fmt::join(problems, "; ")));
     }
 }
 

@@ -361,13 +361,19 @@ Task<void> AcasSandbox::remove(std::string path, std::string working_directory, 
     // As the guest: the probe never authorizes a host-plane delete.
     ExecRequest request;
     request.command = Argv{"rm", recursive ? "-rf" : "-f", "--", absolute};
+    request.environment["LC_ALL"] = "C";  // libc's messages, which the refusal is read from
     request.working_directory = "/";
     request.timeout = std::chrono::duration<double>(deadline - SteadyClock::now());
     request.max_output_bytes = 4096;
     const auto result = co_await exec(std::move(request));
     if (result.exit_code != 0) {
-        throw FileError(fmt::format("removing {} failed in the guest (exit {}): {}", path,
-                                    result.exit_code, result.stderr_text()));
+        const auto message = fmt::format("removing {} failed in the guest (exit {}): {}", path,
+                                         result.exit_code, result.stderr_text());
+        if (result.stderr_text().find("Permission denied") != std::string::npos ||
+            result.stderr_text().find("Operation not permitted") != std::string::npos) {
+            throw SandboxFilePermissionRefused(message);
+        }
+        throw FileError(message);
     }
     const auto remaining = co_await raw_stat(absolute, deadline);
     if (remaining) {

@@ -103,7 +103,7 @@ bool ends_with(std::string_view text, std::string_view suffix) {
     }};
     for (const auto& suffix : kSuffixes) {
         if (ends_with(line, suffix.text)) {
-            throw SandboxFileRefused(
+            throw_file_refused(
                 suffix.refusal,
                 fmt::format("the guest refused '{}': {}; fix the path or its permissions",
                             replace_invalid_utf8(path), suffix.text));

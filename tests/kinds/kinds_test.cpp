@@ -328,9 +328,9 @@ TEST_F(KindsTest, ConversationScopeCallsShareOneSandboxAndItsState) {
     ASSERT_EQ(backend_->acquired.size(), 2u);
     EXPECT_EQ(backend_->acquired[0].first, backend_->acquired[1].first);
     // Each call still ran in a call directory of its own, and each was reclaimed.
-    const auto first_dir = fs::path(first.program->stdout_text.substr(
-                                        0, first.program->stdout_text.size() - 1))
-                               .filename();
+    const auto first_dir =
+        fs::path(first.program->stdout_text.substr(0, first.program->stdout_text.size() - 1))
+            .filename();
     const auto second_dir = second.program->stdout_text.substr(5);
     EXPECT_TRUE(is_twelve_hex(first_dir.string())) << first.program->stdout_text;
     EXPECT_EQ(second_dir.find(first_dir.string()), std::string::npos) << second_dir;

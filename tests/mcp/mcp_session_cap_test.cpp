@@ -25,10 +25,11 @@ class McpSessionCapOverHttpTest : public McpHttpTest {
     McpSessionCapOverHttpTest() { max_session_sandboxes_ = 1; }
 
     json::object call(const std::string& session, int id) {
-        auto reply = send("POST",
-                          tool_call(id, "run_shell",
-                                    fmt::format(R"({{"command":"echo call-{} >> ../calls; cat ../calls"}})", id)),
-                          session);
+        auto reply = send(
+            "POST",
+            tool_call(id, "run_shell",
+                      fmt::format(R"({{"command":"echo call-{} >> ../calls; cat ../calls"}})", id)),
+            session);
         EXPECT_EQ(reply.status, 200) << reply.body;
         return json::parse(reply.body).at("result").as_object();
     }
@@ -115,7 +116,8 @@ class McpSessionCapTest : public ::testing::Test {
 };
 
 constexpr std::string_view kShell = R"({"command":"true"})";
-constexpr std::string_view kCode = R"({"code":"print(1)"})";
+constexpr std::string_view kCode = R"({"code":"print(1)"
+})";
 
 TEST_F(McpSessionCapTest, ASecondKindIsASecondSandboxAndIsRefusedBeyondTheCap) {
     build(1, IsolationScope::conversation);
