@@ -116,8 +116,7 @@ class McpSessionCapTest : public ::testing::Test {
 };
 
 constexpr std::string_view kShell = R"({"command":"true"})";
-constexpr std::string_view kCode = R"({"code":"print(1)"
-})";
+constexpr std::string_view kCode = R"j({"code":"print(1)"})j";
 
 TEST_F(McpSessionCapTest, ASecondKindIsASecondSandboxAndIsRefusedBeyondTheCap) {
     build(1, IsolationScope::conversation);
