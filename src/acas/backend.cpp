@@ -3,12 +3,15 @@
 #include <openssl/rand.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/logger.h>
 #include <boost/asio/execution/context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <mutex>
 
 #include "backend_state.hpp"
 #include "images.hpp"
@@ -843,15 +846,78 @@ Task<void> AcasBackend::close() {
             state->requests_of_closed_clients += entry->client->stats().requests;
         entries.swap(state->pool);
     }
-    // Each client is closed on its own io_context; sandboxes are never touched.
+    // Each client is closed on its own io_context (sandboxes are never touched), and close()
+    // waits for every one of them: a close only posted to a loop that no longer runs would never
+    // happen, and the caller would stop its loops believing it had. One on this io_context is
+    // closed here and now.
+    struct Closing {
+        std::mutex mutex;
+        bool ran = false;
+        std::string failure;
+    };
+    const void* here = &asio::query(executor, asio::execution::context);
+    std::vector<std::shared_ptr<Closing>> closings;
     for (auto& entry : entries) {
-        asio::post(entry->executor, [entry] { entry->client->close(); });
+        auto closing = std::make_shared<Closing>();
+        closings.push_back(closing);
+        auto close_one = [entry, closing] {
+            std::string failure;
+            try {
+                entry->client->close();
+            } catch (const std::exception& e) {
+                failure = e.what();
+            }
+            std::lock_guard lock(closing->mutex);
+            closing->ran = true;
+            closing->failure = std::move(failure);
+        };
+        if (entry->context == here) {
+            close_one();
+        } else {
+            asio::post(entry->executor, std::move(close_one));
+        }
     }
+    // Their own bound, so clients get their time even when draining used all of its own.
+    const auto close_by = deadline_after(state->config.client_close);
+    std::size_t never_ran = 0;
+    std::vector<std::string> failures;
+    for (;;) {
+        never_ran = 0;
+        failures.clear();
+        for (const auto& closing : closings) {
+            std::lock_guard lock(closing->mutex);
+            if (!closing->ran) {
+                ++never_ran;
+            } else if (!closing->failure.empty()) {
+                failures.push_back(closing->failure);
+            }
+        }
+        if (never_ran == 0 || SteadyClock::now() >= close_by)
+            break;
+        pause.expires_after(std::chrono::milliseconds(10));
+        co_await pause.async_wait(asio::use_awaitable);
+    }
+    std::vector<std::string> problems;
     if (still_running > 0) {
-        throw AcasClientCloseError(fmt::format(
-            "{} ACAS operation(s) were still running after client_close_seconds; their clients "
-            "were closed under them. Keep the owning io_contexts running until close() returns",
-            still_running));
+        problems.push_back(
+            fmt::format("{} ACAS operation(s) were still running after client_close_seconds; "
+                        "their clients were closed under them",
+                        still_running));
+    }
+    if (never_ran > 0) {
+        problems.push_back(fmt::format(
+            "{} of {} client(s) were not closed within client_close_seconds: their io_context "
+            "did not run the close",
+            never_ran, closings.size()));
+    }
+    if (!failures.empty()) {
+        problems.push_back(fmt::format("{} client(s) failed to close (first: {})", failures.size(),
+                                       failures.front()));
+    }
+    if (!problems.empty()) {
+        throw AcasClientCloseError(
+            fmt::format("{}. Keep the owning io_contexts running until close() returns",
+                        fmt::join(problems, "; ")));
     }
 }
 

@@ -19,6 +19,12 @@ namespace {
 
 [[noreturn]] void raise_status(const net::HttpResponse& response, std::string_view what) {
     const auto code = detail::problem_code(response.body);
+    if (response.status == 400 && code == "PermissionDenied") {
+        // The guest's own permissions refused a file-plane operation (acas-emulator's answer; a
+        // 403 would be a role assignment, handled in send): the protocol's permission refusal.
+        throw SandboxFilePermissionRefused(fmt::format(
+            "the sandbox's permissions refused to {} (HTTP 400, PermissionDenied)", what));
+    }
     throw AcasServiceError(fmt::format("the ACAS service refused to {} (HTTP {}{}{})", what,
                                        response.status, code.empty() ? "" : ", ", code),
                            response.status, code);

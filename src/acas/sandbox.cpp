@@ -111,6 +111,7 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
     auto lease = co_await state_->lease(held_->binding);
     std::exception_ptr failure;
     bool sandbox_whole = false;
+    bool program_ran = false;
     try {
         // One guest command: capture, and for output that fits one answer also its readback and
         // the scratch removal. The answer bound is a retrieval answer's, which inline output
@@ -118,6 +119,7 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
         const auto command = capture::capture_command(token, line, limit, had_stdin);
         const auto answer = co_await lease->exec(held_->id, command, working_directory, deadline,
                                                  capture::kRetrievalAnswerBytes);
+        program_ran = true;
         // The HTTP exchange runs to its answer even when the caller cancels meanwhile; a
         // cancelled exec still ends as one, so the sandbox is disposed like any other failure.
         if ((co_await asio::this_coro::cancellation_state).cancelled() !=
@@ -191,8 +193,12 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
         }
         co_return ExecResult{std::move(streams[0]), std::move(streams[1]), manifest.exit_code};
     } catch (const AcasThrottled&) {
-        // Only a Retry-After wait was pending: nothing ran, the sandbox is whole.
-        throw;
+        // Only a Retry-After wait was pending before the program was sent: nothing ran, the
+        // sandbox is whole. Once it ran, a throttled readback leaves its scratch behind: that is
+        // a failure like any other.
+        if (!program_ran)
+            throw;
+        failure = std::current_exception();
     } catch (const ExecOutputLimitExceeded&) {
         if (sandbox_whole)
             throw;
@@ -368,13 +374,19 @@ Task<void> AcasSandbox::remove(std::string path, std::string working_directory, 
     // As the guest: the probe never authorizes a host-plane delete.
     ExecRequest request;
     request.command = Argv{"rm", recursive ? "-rf" : "-f", "--", absolute};
+    request.environment["LC_ALL"] = "C";  // libc's messages, which the refusal is read from
     request.working_directory = "/";
     request.timeout = std::chrono::duration<double>(deadline - SteadyClock::now());
     request.max_output_bytes = 4096;
     const auto result = co_await exec(std::move(request));
     if (result.exit_code != 0) {
-        throw FileError(fmt::format("removing {} failed in the guest (exit {}): {}", path,
-                                    result.exit_code, result.stderr_text()));
+        const auto message = fmt::format("removing {} failed in the guest (exit {}): {}", path,
+                                         result.exit_code, result.stderr_text());
+        if (result.stderr_text().find("Permission denied") != std::string::npos ||
+            result.stderr_text().find("Operation not permitted") != std::string::npos) {
+            throw SandboxFilePermissionRefused(message);
+        }
+        throw FileError(message);
     }
     const auto remaining = co_await raw_stat(absolute, deadline);
     if (remaining) {

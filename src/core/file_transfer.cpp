@@ -9,6 +9,7 @@
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>
 #include <chrono>
+#include <exception>
 #include <optional>
 
 #include "maf_sandbox/core/errors.hpp"
@@ -30,6 +31,13 @@ constexpr std::size_t kEchoedStderrChars = 200;
 
 // Thrown inside this file only: the deadline passed before the next command could start.
 struct DeadlineBetweenCommands {};
+// Thrown inside this file only: the deadline passed before the command was sent (a
+// SandboxQueuedTimeout, such as a 429 Retry-After that outlasts it), so it never ran and the
+// guest is as the previous command left it. Carries that timeout, to be reported once the staged
+// file is taken back.
+struct NeverSent {
+    std::exception_ptr timeout;
+};
 
 std::string random_hex(std::size_t bytes) {
     std::string raw(bytes, '\0');
@@ -95,7 +103,7 @@ bool ends_with(std::string_view text, std::string_view suffix) {
     }};
     for (const auto& suffix : kSuffixes) {
         if (ends_with(line, suffix.text)) {
-            throw SandboxFileRefused(
+            throw_file_refused(
                 suffix.refusal,
                 fmt::format("the guest refused '{}': {}; fix the path or its permissions",
                             replace_invalid_utf8(path), suffix.text));
@@ -128,6 +136,8 @@ Task<ExecResult> run_command(Sandbox& sandbox, std::string command, std::string 
     std::string failure;
     try {
         co_return co_await sandbox.exec(std::move(request));
+    } catch (const SandboxQueuedTimeout&) {
+        throw NeverSent{std::current_exception()};
     } catch (const Timeout&) {
         failure = "the transfer's deadline expired during a guest command";
     } catch (const ExecOutputLimitExceeded&) {
@@ -162,6 +172,7 @@ Task<void> take_back(Sandbox& sandbox, const std::string& staged,
                                       deadline, kShellCommandOutputBytes, path);
     } catch (const SandboxShellTransferUnfinished&) {
     } catch (const DeadlineBetweenCommands&) {
+    } catch (const NeverSent&) {
     }
     if (!result || result->exit_code != 0) {
         throw SandboxShellTransferUnfinished(fmt::format(
@@ -263,15 +274,23 @@ Task<void> write_file_over_exec(Sandbox& sandbox, std::string path, std::string 
     bool staged_may_exist = false;
     for (auto& command : commands) {
         std::optional<ExecResult> result;
+        std::exception_ptr never_sent;
         try {
             result = co_await run_command(sandbox, std::move(command), working_directory, deadline,
                                           kShellCommandOutputBytes, path);
         } catch (const DeadlineBetweenCommands&) {
             // Handled below, outside the catch block, because take_back awaits.
+        } catch (const NeverSent& unsent) {
+            never_sent = unsent.timeout;
         }
         if (!result) {
             if (staged_may_exist) {
                 co_await take_back(sandbox, staged_path, working_directory, path);
+            }
+            if (never_sent) {
+                // The deadline passed while the command waited to be sent: the staged file is
+                // gone and nothing else changed, so this is the caller's timeout, sandbox whole.
+                std::rethrow_exception(never_sent);
             }
             throw SandboxShellTransferFailed(fmt::format(
                 "the shell transfer of '{}' ran out of time between guest commands and was "
@@ -308,6 +327,8 @@ Task<std::string> read_file_over_exec(Sandbox& sandbox, std::string path,
         probed = co_await run_command(sandbox, probe, working_directory, deadline,
                                       kShellCommandOutputBytes, path);
     } catch (const DeadlineBetweenCommands&) {
+    } catch (const NeverSent& unsent) {
+        std::rethrow_exception(unsent.timeout);  // a read changes nothing: the timeout as it is
     }
     if (!probed) {
         throw SandboxShellTransferFailed(fmt::format(
@@ -342,6 +363,8 @@ Task<std::string> read_file_over_exec(Sandbox& sandbox, std::string path,
         read = co_await run_command(sandbox, regular_check + "base64 < " + target,
                                     working_directory, deadline, budget, path, true);
     } catch (const DeadlineBetweenCommands&) {
+    } catch (const NeverSent& unsent) {
+        std::rethrow_exception(unsent.timeout);
     }
     if (!read) {
         throw SandboxShellTransferFailed(fmt::format(

@@ -10,6 +10,7 @@
 #include "maf_sandbox/core/error_detail.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/paths.hpp"
+#include "maf_sandbox/core/reclaim.hpp"
 #include "maf_sandbox/core/utf8.hpp"
 
 namespace maf_sandbox::kinds::detail {
@@ -70,29 +71,51 @@ void report(const ProgressReporter& progress, double step, std::string message) 
     }
 }
 
-// The finally of a call: reclaim (or dispose) the call directory, and dispose a call-scoped
-// sandbox. Never throws; failures go to the log.
+IsolationScope effective_scope(const KindBinding& binding) {
+    return stronger(binding.router->min_isolation_scope(), binding.spec->isolation_scope);
+}
+
+// The call directory goes, the conversation's sandbox stays. A backend that declares reclaim
+// removes the directory its own way (the router's cleanup_call). One that withholds it (ACAS: no
+// host-authority delete can be proven safe there) would have the router dispose the whole
+// sandbox instead, which at conversation scope throws away what the conversation built; so the
+// directory is removed by the guest itself (`rm -rf` over exec, with no more reach than the
+// call's own program had).
+Task<std::optional<std::string>> reclaim_call_directory(const KindBinding& binding,
+                                                        const CallSite& site, Seconds timeout) {
+    const auto& backend = binding.router->backend();
+    const bool guest_removes = effective_scope(binding) == IsolationScope::conversation &&
+                               backend && site.sandbox &&
+                               !backend->declarations().declares(Capability::reclaim);
+    if (!guest_removes) {
+        co_return co_await binding.router->cleanup_call(site.sandbox, site.key, binding.spec,
+                                                        site.call_path, timeout);
+    }
+    const auto work_dir =
+        binding.spec->work_dir ? *binding.spec->work_dir : site.sandbox->base_directory();
+    co_return co_await reclaim_guest_path(*site.sandbox, site.call_path, work_dir, timeout);
+}
+
+// The finally of a call: remove the call directory, and dispose a call-scoped sandbox. Never
+// throws; failures go to the log.
 Task<void> clean_up(const KindBinding& binding, const CallSite& site, bool was_cancelled,
                     SandboxAllowance* allowance) {
     const auto timeout = was_cancelled ? std::min(binding.cleanup_timeout, kCancelledCleanupBound)
                                        : binding.cleanup_timeout;
     try {
-        auto reason = co_await binding.router->cleanup_call(site.sandbox, site.key, binding.spec,
-                                                            site.call_path, timeout);
+        auto reason = co_await reclaim_call_directory(binding, site, timeout);
         if (reason) {
             binding.log->warn("{}: the call directory {} was not cleaned up: {}", binding.tool_name,
                               site.call_path, *reason);
         }
-        const auto scope =
-            stronger(binding.router->min_isolation_scope(), binding.spec->isolation_scope);
-        if (scope == IsolationScope::call) {
+        if (effective_scope(binding) == IsolationScope::call) {
             const bool done =
                 co_await binding.router->dispose_kind(site.key, binding.spec->kind, timeout);
             if (!done) {
                 binding.log->warn("{}: the call-scoped sandbox of call {} was not disposed",
                                   binding.tool_name, site.key.call_id);
             } else if (allowance != nullptr) {
-                allowance->release();
+                allowance->release(sandbox_slot(site.key, binding.spec->kind));
             }
         }
     } catch (...) {
@@ -145,9 +168,15 @@ ToolResult unbound_call_refusal(const KindBinding& binding) {
 Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey key, CallBody body,
                                        const ProgressReporter& progress,
                                        std::shared_ptr<SandboxAllowance> allowance) {
+    // One random id names the call's guest directory. Only at call scope does it name the
+    // sandbox too: at conversation scope the key stays the conversation's, so every call of the
+    // conversation reaches the one sandbox and finds what the previous calls left in it.
+    const auto call_id = guest_call_path("/").substr(1);
+    const bool call_scoped = effective_scope(binding) == IsolationScope::call;
+    key.call_id = call_scoped ? call_id : std::string();
     std::optional<SandboxAllowance::Claim> claim;
     if (allowance) {
-        claim = allowance->claim();
+        claim = allowance->claim(sandbox_slot(key, binding.spec->kind));
         if (!claim) {
             binding.log->warn("{}: refused a call: its session already holds {} sandbox(es)",
                               binding.tool_name, allowance->cap());
@@ -155,9 +184,6 @@ Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey ke
                              fmt::format(fmt::runtime(kOverAllowance), allowance->cap()));
         }
     }
-    // One random id names the call: its guest directory and, at call scope, its key.
-    const auto call_id = guest_call_path("/").substr(1);
-    key.call_id = call_id;
 
     report(progress, 0.0, "acquiring the sandbox");
     CallSite site;

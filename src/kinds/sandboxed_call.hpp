@@ -53,8 +53,12 @@ ToolResult unbound_call_refusal(const KindBinding& binding);
 using CallBody = std::function<Task<void>(CallSite&, ToolResult&)>;
 
 // Allocates the call directory, acquires (failures become fixed sentences, details to the log),
-// runs `body`, and then ALWAYS runs the router's cleanup_call (reclaim, or dispose where the
-// backend withholds reclaim) and, at isolation scope `call`, disposes the call's sandbox. A
+// runs `body`, and then ALWAYS removes the call directory and, at isolation scope `call`, disposes
+// the call's sandbox. The key names the call only at scope `call`; at `conversation` every call
+// of the conversation reaches its one sandbox. The directory goes through the router's
+// cleanup_call where the backend declares reclaim (or at call scope); at conversation scope on a
+// backend that withholds reclaim, the guest removes it (reclaim_guest_path), so the conversation
+// keeps its sandbox. A
 // cancelled call is cleaned up within min(cleanup_timeout, 2 s) and its cancellation rethrown.
 // With an `allowance`, a call that would hold more sandboxes than it allows is refused before
 // anything is acquired, and a call-scoped sandbox gives its place back when it is disposed.

@@ -104,10 +104,13 @@ std::optional<std::uint64_t> size_of(const struct stat& st) {
         case EACCES:
         case EPERM:
         case EROFS:
-            throw PermissionDenied(fmt::format("'{}': permission denied ({}); the path belongs to "
-                                               "the image or another user",
-                                               path, doing),
-                                   error);
+            // A file refusal and the protocol's permission-denied type at once, as on every
+            // backend.
+            throw SandboxFilePermissionRefused(
+                fmt::format("'{}': permission denied ({}); the path belongs to the image or "
+                            "another user",
+                            path, doing),
+                error);
         case ELOOP:
         case EXDEV:
             throw ConfinementEscape(

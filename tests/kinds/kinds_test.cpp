@@ -227,13 +227,30 @@ TEST_F(KindsTest, CodeActTimeoutIsAFixedSentenceAndStillCleansUp) {
     EXPECT_TRUE(leftovers("codeact").empty());
 }
 
-TEST_F(KindsTest, CodeActOnABackendWithoutReclaimDisposesTheSandboxInTheFinally) {
+TEST_F(KindsTest, ConversationSandboxOnABackendWithoutReclaimSurvivesTheCallItsGuestCleansUp) {
     use_backend(HostShellBackendOptions{"no-reclaim", false, true, nullptr});
     auto tool = codeact();
+    auto result = run_blocking(tool.execute_code(
+        caller_, {"open('scratch.txt','w').write('x')\nopen('../kept.txt','w').write('y')\n"
+                  "raise RuntimeError('boom')",
+                  {}}));
+    ASSERT_TRUE(result.program);
+    EXPECT_NE(result.program->exit_code, 0);
+    // The call directory went through the guest's own rm; the conversation's sandbox stays.
+    EXPECT_TRUE(backend_->disposed.empty());
+    ASSERT_EQ(backend_->live.size(), 1u);
+    EXPECT_EQ(leftovers("codeact"), std::vector<std::string>{"kept.txt"});
+}
+
+TEST_F(KindsTest, CallScopedSandboxOnABackendWithoutReclaimIsDisposedInTheFinally) {
+    use_backend(HostShellBackendOptions{"no-reclaim", false, true, nullptr});
+    CodeActConfig config;
+    config.sandbox.isolation_scope = IsolationScope::call;
+    auto tool = codeact(config);
     auto result = run_blocking(tool.execute_code(caller_, {"raise RuntimeError('boom')", {}}));
     ASSERT_TRUE(result.program);
     EXPECT_NE(result.program->exit_code, 0);
-    ASSERT_EQ(backend_->disposed.size(), 1u);
+    ASSERT_FALSE(backend_->disposed.empty());
     EXPECT_EQ(backend_->disposed[0].second, std::optional<std::string>("codeact"));
     EXPECT_TRUE(backend_->live.empty());
 }
@@ -290,8 +307,64 @@ TEST_F(KindsTest, TheKeyComesFromTheHostContextNeverFromArguments) {
     EXPECT_EQ(key.scope, "tenant-a");
     EXPECT_EQ(key.thread_id, "thread-1");
     EXPECT_EQ(key.agent_dir, "agent-x");
-    EXPECT_TRUE(is_twelve_hex(key.call_id));
+    // At conversation scope the key names the conversation, not the call (the call's directory
+    // has its own random name).
+    EXPECT_EQ(key.call_id, "");
     EXPECT_EQ(backend_->acquired[0].second->kind, "codeact");
+}
+
+TEST_F(KindsTest, ConversationScopeCallsShareOneSandboxAndItsState) {
+    ShellTool tool(router_, {}, log_);
+    // The first call leaves a file beside its own call directory, in the sandbox's base.
+    auto first = run_blocking(tool.run_shell(caller_, "echo kept > ../state.txt; pwd"));
+    ASSERT_TRUE(first.program) << first.message;
+    ASSERT_EQ(first.program->exit_code, 0) << first.program->stderr_text;
+    auto second = run_blocking(tool.run_shell(caller_, "cat ../state.txt; pwd"));
+    ASSERT_TRUE(second.program) << second.message;
+    EXPECT_EQ(second.program->exit_code, 0) << second.program->stderr_text;
+    EXPECT_EQ(second.program->stdout_text.substr(0, 5), "kept\n");
+    EXPECT_EQ(backend_->created, 1);
+    EXPECT_EQ(backend_->live.size(), 1u);
+    ASSERT_EQ(backend_->acquired.size(), 2u);
+    EXPECT_EQ(backend_->acquired[0].first, backend_->acquired[1].first);
+    // Each call still ran in a call directory of its own, and each was reclaimed.
+    const auto first_dir =
+        fs::path(first.program->stdout_text.substr(0, first.program->stdout_text.size() - 1))
+            .filename();
+    const auto second_dir = second.program->stdout_text.substr(5);
+    EXPECT_TRUE(is_twelve_hex(first_dir.string())) << first.program->stdout_text;
+    EXPECT_EQ(second_dir.find(first_dir.string()), std::string::npos) << second_dir;
+    EXPECT_EQ(leftovers("shell"), std::vector<std::string>{"state.txt"});
+}
+
+TEST_F(KindsTest, CallScopeKeysEachCallByItsOwnId) {
+    ShellConfig config;
+    config.sandbox.isolation_scope = IsolationScope::call;
+    ShellTool tool(router_, config, log_);
+    run_blocking(tool.run_shell(caller_, "true"));
+    run_blocking(tool.run_shell(caller_, "true"));
+    ASSERT_EQ(backend_->acquired.size(), 2u);
+    const auto& first = backend_->acquired[0].first.call_id;
+    const auto& second = backend_->acquired[1].first.call_id;
+    EXPECT_TRUE(is_twelve_hex(first)) << first;
+    EXPECT_TRUE(is_twelve_hex(second)) << second;
+    EXPECT_NE(first, second);
+    EXPECT_EQ(backend_->created, 2);
+    EXPECT_TRUE(backend_->live.empty());
+}
+
+TEST_F(KindsTest, AHostCallScopeFloorKeysEachCallEvenWhenTheKindAsksForConversation) {
+    SandboxRouterOptions options;
+    options.min_isolation = Isolation::none;
+    options.min_isolation_scope = IsolationScope::call;
+    options.log = log_;
+    router_ = std::make_shared<SandboxRouter>(
+        std::vector<std::shared_ptr<SandboxBackend>>{backend_}, options);
+    ShellTool tool(router_, {}, log_);
+    run_blocking(tool.run_shell(caller_, "true"));
+    ASSERT_EQ(backend_->acquired.size(), 1u);
+    EXPECT_TRUE(is_twelve_hex(backend_->acquired[0].first.call_id));
+    EXPECT_TRUE(backend_->live.empty()) << "the call-scoped sandbox is disposed after its call";
 }
 
 TEST_F(KindsTest, CodeActRunsPythonFromItsOwnCallDirectoryWithFixedArgv) {

@@ -1,10 +1,16 @@
 // End-to-end check of `maf-sandbox mcp` with the official MCP TypeScript SDK, a client this project
-// did not write. Usage: node mcp_client.mjs stdio|http <maf-sandbox binary> [server flags...]
+// did not write. Usage:
+//   node mcp_client.mjs stdio|http <maf-sandbox binary> [--acas ENDPOINT CA_FILE TOKEN] [server flags...]
+// (--acas: the server and `ls` reach an acas-emulator through the ACAS_SANDBOX_* environment).
 //
 // Connects, lists the tools, runs code and a shell command, checks program output and errors,
 // disconnects, and then checks that the server disposed the session's sandboxes: the server logs
-// one line per ended session ("session <id> ended: disposed N sandbox(es)") on stderr.
-import { spawn } from 'node:child_process';
+// one line per ended session ("session <id> ended: disposed N sandbox(es)") on stderr. A second
+// session then proves conversation reuse: two run_shell calls, the second reads the file the
+// first wrote, and the backend's own listing (`maf-sandbox ls`) holds exactly one sandbox for the
+// session, and none once it ended.
+import { spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,17 +19,34 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
-const [mode, binary, ...serverFlags] = process.argv.slice(2);
+const [mode, binary, ...rest] = process.argv.slice(2);
 if (!['stdio', 'http'].includes(mode) || !binary) {
-    console.error('usage: node mcp_client.mjs stdio|http <maf-sandbox> [server flags...]');
+    console.error('usage: node mcp_client.mjs stdio|http <maf-sandbox> [--acas ENDPOINT CA_FILE TOKEN] [server flags...]');
     process.exit(2);
 }
+const env = { ...process.env };
+let serverFlags = rest;
+if (rest[0] === '--acas') {
+    const [, endpoint, caFile, token] = rest;
+    Object.assign(env, {
+        ACAS_SANDBOX_ENDPOINT: endpoint, ACAS_SANDBOX_CA_FILE: caFile, ACAS_SANDBOX_TOKEN: token,
+        ACAS_SANDBOX_SUBSCRIPTION_ID: 'sub', ACAS_SANDBOX_RESOURCE_GROUP: 'rg',
+        ACAS_SANDBOX_GROUP: 'grp', ACAS_SANDBOX_REGISTRY: 'reg.local',
+    });
+    serverFlags = rest.slice(4);
+}
+const backendAt = serverFlags.indexOf('--backend');
+const backend = backendAt >= 0 ? serverFlags[backendAt + 1] : 'local';
 // The in-process backend scripts exec instead of running anything: output checks are relaxed.
-const runsCode = !serverFlags.includes('in-process');
+const runsCode = backend !== 'in-process';
+// A scope of this run's own, so the listing counts no other test's sandboxes.
+const scope = `e2e-${randomBytes(6).toString('hex')}`;
+// Disposal on the ACAS backend is a round of REST calls to the emulator, not a local teardown.
+const exitBoundMs = backend === 'acas' ? 15000 : 2500;
 
 const store = mkdtempSync(join(tmpdir(), 'maf-mcp-e2e-store-'));
 writeFileSync(join(store, 'numbers.csv'), '1\n2\n39\n');
-const flags = ['mcp', '--files', store, ...serverFlags];
+const flags = ['mcp', '--files', store, '--scope', scope, ...serverFlags];
 
 function textOf(result) {
     return result.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n');
@@ -97,6 +120,32 @@ async function exercise(client) {
     assert.match(textOf(shell), /\[sandbox: backend \S+, isolation \S+, egress closed\]/);
 }
 
+// The backend's own listing of the session's live sandboxes (the local registry, or the
+// emulator's sandbox group), through `maf-sandbox ls`.
+function sandboxesOf(session) {
+    const listed = spawnSync(binary, ['ls', '--backend', backend, '--json', '--label', `scope=${scope}`,
+        '--label', `thread=${session}`], { env, encoding: 'utf8' });
+    assert.equal(listed.status, 0, `maf-sandbox ls failed: ${listed.stderr}`);
+    return JSON.parse(listed.stdout).filter((s) => !/^delet/i.test(s.state ?? ''));
+}
+
+// Two calls of one conversation: the second sees what the first left, in the one sandbox.
+async function conversationReuse(client, session) {
+    const first = await client.callTool({
+        name: 'run_shell',
+        arguments: { command: 'echo kept-by-the-conversation > ../reuse.txt' },
+    });
+    assert.equal(first.isError, false, textOf(first));
+    assert.equal(first.structuredContent.exit_code, 0, textOf(first));
+    const second = await client.callTool({ name: 'run_shell', arguments: { command: 'cat ../reuse.txt' } });
+    assert.equal(second.isError, false, textOf(second));
+    assert.equal(second.structuredContent.stdout, 'kept-by-the-conversation\n', textOf(second));
+    const listed = sandboxesOf(session);
+    assert.equal(listed.length, 1, `one sandbox for the conversation: ${JSON.stringify(listed)}`);
+    assert.equal(listed[0].labels.kind, 'shell');
+    assert.equal(listed[0].labels.call, undefined, 'a conversation sandbox names no call');
+}
+
 function collect(stream) {
     const buffer = { text: '' };
     stream.setEncoding('utf8');
@@ -119,26 +168,42 @@ function disposalLine(log, session) {
     return match ? Number(match[1]) : null;
 }
 
-async function overStdio() {
-    const transport = new StdioClientTransport({ command: binary, args: flags, stderr: 'pipe' });
+// One stdio session (one server process): `body(client, session)`, then EOF; returns how many
+// sandboxes the server said it disposed.
+async function stdioSession(body) {
+    const transport = new StdioClientTransport({ command: binary, args: flags, env, stderr: 'pipe' });
     const log = collect(transport.stderr);
     const client = new Client({ name: 'maf-sandbox-e2e', version: '1.0.0' });
     await client.connect(transport);
-    await exercise(client);
-    const started = Date.now();
-    await client.close();  // ends stdin; the server must dispose and exit within 2 seconds
-    await waitFor(() => /ended: disposed/.test(log.text), 'the disposal line', 3000);
+    await waitFor(() => /session [0-9a-f]{32} opened/.test(log.text), 'the session line');
     const session = log.text.match(/session ([0-9a-f]{32}) opened/)[1];
+    await body(client, session);
+    const started = Date.now();
+    await client.close();  // ends stdin; the server must dispose and exit promptly
+    await waitFor(() => /ended: disposed/.test(log.text), 'the disposal line', exitBoundMs + 500);
     const disposed = disposalLine(log.text, session);
     assert.ok(disposed >= 1, `sandboxes of session ${session} disposed:\n${log.text}`);
-    assert.ok(Date.now() - started < 2500, 'the server exited within 2 seconds of EOF');
+    assert.ok(Date.now() - started < exitBoundMs, `the server exited within ${exitBoundMs} ms of EOF`);
+    return { session, disposed };
+}
+
+async function overStdio() {
+    const { session, disposed } = await stdioSession(exercise);
     console.log(`stdio: ok (session ${session}, ${disposed} sandbox(es) disposed)`);
+    if (!runsCode) {
+        console.log('stdio: conversation reuse needs a backend that runs code; not checked on in-process');
+        return;
+    }
+    const reuse = await stdioSession(conversationReuse);
+    assert.equal(reuse.disposed, 1, 'the conversation held one sandbox');
+    assert.deepEqual(sandboxesOf(reuse.session), [], 'nothing outlives the session');
+    console.log(`stdio: conversation reuse ok (session ${reuse.session}, one sandbox)`);
 }
 
 async function overHttp() {
-    const env = { ...process.env };
-    delete env.MAF_SANDBOX_MCP_TOKEN;  // the server generates and prints one
-    const server = spawn(binary, [...flags, '--http', '127.0.0.1:0'], { stdio: ['ignore', 'ignore', 'pipe'], env });
+    const serverEnv = { ...env };
+    delete serverEnv.MAF_SANDBOX_MCP_TOKEN;  // the server generates and prints one
+    const server = spawn(binary, [...flags, '--http', '127.0.0.1:0'], { stdio: ['ignore', 'ignore', 'pipe'], env: serverEnv });
     const log = collect(server.stderr);
     const exited = new Promise((resolve) => server.on('exit', (code, signal) => resolve({ code, signal })));
     try {
@@ -166,7 +231,7 @@ async function overHttp() {
         await exercise(client);
         await transport.terminateSession();  // DELETE /mcp
         await client.close();
-        await waitFor(() => disposalLine(log.text, session) !== null, 'the disposal line');
+        await waitFor(() => disposalLine(log.text, session) !== null, 'the disposal line', exitBoundMs);
         const disposed = disposalLine(log.text, session);
         assert.ok(disposed >= 1, `sandboxes of session ${session} disposed:\n${log.text}`);
         // The ended session is gone: reusing its id is refused.
@@ -177,6 +242,21 @@ async function overHttp() {
         });
         assert.equal(stale.status, 404);
         console.log(`http: ok (session ${session}, ${disposed} sandbox(es) disposed)`);
+        if (!runsCode) {
+            console.log('http: conversation reuse needs a backend that runs code; not checked on in-process');
+            return;
+        }
+        const reuseTransport = new StreamableHTTPClientTransport(url, { requestInit: { headers: authorization } });
+        const reuseClient = new Client({ name: 'maf-sandbox-e2e', version: '1.0.0' });
+        await reuseClient.connect(reuseTransport);
+        const reuse = reuseTransport.sessionId;
+        await conversationReuse(reuseClient, reuse);
+        await reuseTransport.terminateSession();
+        await reuseClient.close();
+        await waitFor(() => disposalLine(log.text, reuse) !== null, 'the reuse session\'s disposal line', exitBoundMs);
+        assert.equal(disposalLine(log.text, reuse), 1, 'the conversation held one sandbox');
+        assert.deepEqual(sandboxesOf(reuse), [], 'nothing outlives the session');
+        console.log(`http: conversation reuse ok (session ${reuse}, one sandbox)`);
     } finally {
         server.kill('SIGTERM');
         const { code } = await exited;

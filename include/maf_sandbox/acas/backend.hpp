@@ -40,9 +40,11 @@ class AcasBackend : public SandboxBackend {
     Task<std::optional<DisposalFailure>> dispose(SandboxKey key,
                                                  std::optional<std::string> kind) override;
     Task<ScopePurge> dispose_scope(std::string scope, std::string thread_id) override;
-    // Drains running operations (bounded by client_close), permanently refuses new work, closes
-    // clients; never touches a sandbox. Throws AcasClientCloseError when work was still running
-    // at the bound.
+    // Permanently refuses new work, drains running operations (bounded by client_close), then
+    // closes every client on its own io_context and waits for each close (bounded by
+    // client_close again); never touches a sandbox. Throws AcasClientCloseError when work was
+    // still running at the first bound, or a client's close failed or had not run at the second
+    // (its io_context was not running): keep the owning io_contexts running until it returns.
     Task<void> close() override;
 
     // --- Operator commands (the CLI's ls, rm and images) -----------------------------------

@@ -78,10 +78,11 @@ class AcasServiceUnreachable : public Error {
 };
 
 // The deadline expired while waiting out a 429 Retry-After: nothing was in flight, the sandbox
-// is whole.
-class AcasThrottled : public Timeout {
+// is whole. A queued timeout, so protocol code (the shell file transfer) knows the request never
+// ran without knowing ACAS.
+class AcasThrottled : public SandboxQueuedTimeout {
   public:
-    using Timeout::Timeout;
+    using SandboxQueuedTimeout::SandboxQueuedTimeout;
     std::string_view type_name() const noexcept override { return "AcasThrottled"; }
 };
 

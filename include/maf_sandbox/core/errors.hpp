@@ -82,6 +82,8 @@ MAF_SANDBOX_ERROR(SandboxOsFamilyNotSupported, Error);
 MAF_SANDBOX_ERROR(SandboxIsolationScopeNotSupported, Error);
 
 // --- OSError family: a guest file operation was refused. Keeps errno where there is one. -------
+// FileError is a virtual base of PermissionDenied and SandboxFileRefused, so one refusal can be
+// both (SandboxFilePermissionRefused) and still be caught once as a FileError.
 class FileError : public Error {
   public:
     explicit FileError(const std::string& message, int error_number = 0)
@@ -95,19 +97,40 @@ class FileError : public Error {
 MAF_SANDBOX_ERROR(NotADirectory, FileError);
 MAF_SANDBOX_ERROR(FileNotFound, FileError);
 MAF_SANDBOX_ERROR(IsADirectory, FileError);
-MAF_SANDBOX_ERROR(PermissionDenied, FileError);
-
-// The shell file transfer's guest-side refusals, typed by FileRefusal.
-class SandboxFileRefused : public FileError {
+// The protocol's permission-denied type (the seed's PermissionError, an OSError): the guest's
+// own permissions refused a file operation.
+class PermissionDenied : public virtual FileError {
   public:
-    SandboxFileRefused(FileRefusal refusal, const std::string& message)
-        : FileError(message), refusal_(refusal) {}
+    explicit PermissionDenied(const std::string& message, int error_number = 0)
+        : FileError(message, error_number) {}
+    std::string_view type_name() const noexcept override { return "PermissionDenied"; }
+};
+
+// The guest-side refusals of the shell file transfer and of guest-run file operations, typed by
+// FileRefusal. Throw them through throw_file_refused, which makes a permission refusal a
+// PermissionDenied too.
+class SandboxFileRefused : public virtual FileError {
+  public:
+    SandboxFileRefused(FileRefusal refusal, const std::string& message, int error_number = 0)
+        : FileError(message, error_number), refusal_(refusal) {}
     std::string_view type_name() const noexcept override { return "SandboxFileRefused"; }
     FileRefusal refusal() const noexcept { return refusal_; }
 
   private:
     FileRefusal refusal_;
 };
+
+// A file refusal for permission: catchable as SandboxFileRefused (refusal permission_denied) and
+// as PermissionDenied, the way the seed's refusal is both a file refusal and a PermissionError.
+class SandboxFilePermissionRefused : public SandboxFileRefused, public PermissionDenied {
+  public:
+    // `error_number` is the errno behind it where there is one (EACCES, EPERM, EROFS).
+    explicit SandboxFilePermissionRefused(const std::string& message, int error_number = 13);
+    std::string_view type_name() const noexcept override { return "SandboxFileRefused"; }
+};
+
+// Throws SandboxFileRefused, or SandboxFilePermissionRefused for FileRefusal::permission_denied.
+[[noreturn]] void throw_file_refused(FileRefusal refusal, const std::string& message);
 // The transfer failed cleanly: the staged file was taken back and the sandbox is whole.
 MAF_SANDBOX_ERROR(SandboxShellTransferFailed, Error);
 // The transfer stopped mid-command: the sandbox may hold a staged file and should be discarded.
@@ -131,7 +154,8 @@ MAF_SANDBOX_ERROR(SandboxLandingExists, SandboxOutputError);
 
 // --- TimeoutError family: exactly "the caller's timeout expired", nothing else. -----------------
 MAF_SANDBOX_ERROR(Timeout, Error);
-// run_code's deadline expired while queued: the program never ran.
+// The deadline expired before the work was started (run_code queued, a request held back by
+// the service's Retry-After): it never ran, so nothing in the sandbox changed.
 MAF_SANDBOX_ERROR(SandboxQueuedTimeout, Timeout);
 
 // A host-tool run outlived its deadline. `signal` says what happened to the program
