@@ -24,6 +24,13 @@ int report_exec(const ExecResult& result) {
     return result.exit_code;
 }
 
+void report_replacement(const Sandbox& sandbox) {
+    if (const auto& replaced = sandbox.replaced()) {
+        write_all(stderr, fmt::format("[maf-sandbox: sandbox replaced, state lost: {}]\n",
+                                      replaced->reason));
+    }
+}
+
 int report_output_limit(const ExecOutputLimitExceeded& error, std::uint64_t cap) {
     write_all(stdout, error.stdout_head());
     write_all(stderr, error.stderr_head());
