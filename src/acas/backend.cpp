@@ -629,6 +629,13 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
                 if (!listed.count(info.id))
                     holders.push_back(info);  // created, not listed yet: it still competes
                 const auto winner = convergence::winner(holders);
+                if (!winner) {
+                    // Ours listed as Deleting and no other holder: a purge or dispose of the key
+                    // ran meanwhile. What was made is removed below.
+                    throw SandboxOutputError(
+                        "the key's sandboxes were being deleted while this acquire created one; "
+                        "acquire again");
+                }
                 co_await dispose_losers(*state, client, holders, winner->id, info.id,
                                         deadline_after(config.client_wait));
                 if (winner->id != info.id) {

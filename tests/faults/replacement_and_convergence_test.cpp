@@ -82,8 +82,9 @@ SandboxSpec shell_spec() {
     return SandboxSpec(f);
 }
 
-std::string id_of(const Sandbox& sandbox) {
-    return dynamic_cast<const acas::AcasSandbox&>(sandbox).id();
+// The id of the sandbox `backend` holds for the key (the shell kind).
+std::string held_id(const acas::AcasBackend& backend, const SandboxKey& key) {
+    return backend.held_sandbox_id(key, "shell").value_or("(none held)");
 }
 
 ExecResult run(boost::asio::io_context& io, Sandbox& sandbox, std::string command) {
@@ -110,7 +111,7 @@ TEST(AcasKeyConvergence, RacingReplicasOfAColdKeyEndWithOneSandboxHoldingEveryWr
                 rig.io(),
                 [&, i]() -> Task<void> {
                     auto sandbox = co_await replicas[i]->acquire(key, shell_spec());
-                    ids[i] = id_of(*sandbox);
+                    ids[i] = held_id(*replicas[i], key);
                     ExecRequest exec;
                     exec.command = fmt::format("echo replica-{} >> /tmp/writers", i);
                     exec.timeout = Seconds{20.0};
@@ -153,6 +154,7 @@ void expect_replacement_reported(const json::object& faults) {
     acas::AcasBackend backend(rig.config());
     const SandboxKey key{"replace", "thread", "agent", ""};
     auto first = run_blocking(rig.io(), backend.acquire(key, shell_spec()));
+    const auto first_id = held_id(backend, key);
     EXPECT_FALSE(first->replaced().has_value());
     ASSERT_EQ(run(rig.io(), *first, "echo kept > /tmp/state").exit_code, 0);
     rig.set_faults(faults);
@@ -163,16 +165,17 @@ void expect_replacement_reported(const json::object& faults) {
 
     auto second = run_blocking(rig.io(), backend.acquire(key, shell_spec()));
     ASSERT_TRUE(second->replaced().has_value()) << "the blank sandbox was handed out silently";
-    EXPECT_EQ(second->replaced()->previous_id, id_of(*first));
-    EXPECT_NE(id_of(*second), id_of(*first));
+    const auto second_id = held_id(backend, key);
+    EXPECT_EQ(second->replaced()->previous_id, first_id);
+    EXPECT_NE(second_id, first_id);
     EXPECT_NE(second->replaced()->reason.find("gone"), std::string::npos);
     // The report is true: what the first sandbox held is not in the second.
     EXPECT_NE(run(rig.io(), *second, "cat /tmp/state").exit_code, 0);
-    EXPECT_EQ(rig.live(), std::vector<std::string>{id_of(*second)});
+    EXPECT_EQ(rig.live(), std::vector<std::string>{second_id});
 
     auto third = run_blocking(rig.io(), backend.acquire(key, shell_spec()));
     EXPECT_FALSE(third->replaced().has_value()) << "one discard is reported once";
-    EXPECT_EQ(id_of(*third), id_of(*second));
+    EXPECT_EQ(held_id(backend, key), second_id);
     EXPECT_FALSE(run_blocking(rig.io(), backend.dispose(key, std::nullopt)).has_value());
 }
 
@@ -190,10 +193,11 @@ TEST(AcasReplacement, ADisposeTheCallerAskedForIsNotReportedAsAReplacement) {
     Rig rig;
     acas::AcasBackend backend(rig.config());
     const SandboxKey key{"replace", "disposed", "agent", ""};
-    auto first = run_blocking(rig.io(), backend.acquire(key, shell_spec()));
+    run_blocking(rig.io(), backend.acquire(key, shell_spec()));
+    const auto first_id = held_id(backend, key);
     EXPECT_FALSE(run_blocking(rig.io(), backend.dispose(key, std::nullopt)).has_value());
     auto second = run_blocking(rig.io(), backend.acquire(key, shell_spec()));
-    EXPECT_NE(id_of(*second), id_of(*first));
+    EXPECT_NE(held_id(backend, key), first_id);
     EXPECT_FALSE(second->replaced().has_value());
     EXPECT_FALSE(run_blocking(rig.io(), backend.dispose(key, std::nullopt)).has_value());
 }
@@ -214,7 +218,7 @@ void expect_idempotent_retries_keep_the_sandbox(const char* fault) {
         rig.set_faults({{fault, 0.4}, {"only", route}});
         acas::AcasBackend replica(rig.config());
         auto adopted = run_blocking(rig.io(), replica.acquire(key, shell_spec()));
-        EXPECT_EQ(id_of(*adopted), id_of(*first)) << route;
+        EXPECT_EQ(held_id(replica, key), held_id(backend, key)) << route;
         EXPECT_FALSE(adopted->replaced().has_value()) << route;
         EXPECT_EQ(run(rig.io(), *adopted, "cat /tmp/state").stdout_bytes, "kept\n") << route;
     }
