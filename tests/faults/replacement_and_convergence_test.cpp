@@ -2,11 +2,15 @@
 // one sandbox that holds every write; an exec answered 503 or whose reply is dropped discards the
 // sandbox (the seed requires it: its outcome is unknown) and the key's next acquire says so; and
 // idempotent requests ride out 5xx answers and dropped replies without touching the sandbox.
+#include <spdlog/logger.h>
+#include <spdlog/sinks/ostream_sink.h>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -97,9 +101,14 @@ ExecResult run(boost::asio::io_context& io, Sandbox& sandbox, std::string comman
 TEST(AcasKeyConvergence, RacingReplicasOfAColdKeyEndWithOneSandboxHoldingEveryWrite) {
     Rig rig;
     constexpr int kReplicas = 4;
+    // One log for every replica: it shows that the race really made duplicates.
+    std::ostringstream log_text;
+    auto config = rig.config();
+    config.log = std::make_shared<spdlog::logger>(
+        "race", std::make_shared<spdlog::sinks::ostream_sink_mt>(log_text));
     std::vector<std::unique_ptr<acas::AcasBackend>> replicas;
     for (int i = 0; i < kReplicas; ++i)
-        replicas.push_back(std::make_unique<acas::AcasBackend>(rig.config()));
+        replicas.push_back(std::make_unique<acas::AcasBackend>(config));
     for (int round = 0; round < 2; ++round) {
         const SandboxKey key{"race", fmt::format("thread-{}", round), "agent", ""};
         // Every replica lists the cold key before any create lands, then creates: the race the
@@ -145,6 +154,15 @@ TEST(AcasKeyConvergence, RacingReplicasOfAColdKeyEndWithOneSandboxHoldingEveryWr
         EXPECT_EQ(writers.stdout_bytes, expected) << "a write landed in a sandbox nobody sees";
         EXPECT_FALSE(run_blocking(rig.io(), replicas[0]->dispose(key, std::nullopt)).has_value());
     }
+    // The replicas' lists all go out before any create answers, so each round made duplicates
+    // that converged (without them this test would prove nothing).
+    std::size_t lost = 0;
+    for (auto at = log_text.str().find("lost the race"); at != std::string::npos;
+         at = log_text.str().find("lost the race", at + 1)) {
+        ++lost;
+    }
+    RecordProperty("duplicates_converged", static_cast<int>(lost));
+    EXPECT_GT(lost, 0u) << "no replica ever lost a race: " << log_text.str();
 }
 
 // An exec that failed with `faults` on the exec route: its sandbox is discarded, the next acquire
