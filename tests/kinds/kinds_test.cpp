@@ -365,9 +365,8 @@ TEST_F(KindsTest, ACallInAReplacedSandboxSaysSoToTheModelAndInTheLog) {
     EXPECT_FALSE(first.sandbox_replaced);
     EXPECT_EQ(first.text().find("discarded"), std::string::npos);
     // What a backend sets on the sandbox it hands out after discarding the key's previous one.
-    ASSERT_EQ(backend_->live.size(), 1u);
-    backend_->live.begin()->second->mark_replaced(
-        SandboxReplacement{"old-id", "the backend discarded sandbox old-id (an exec failed)"});
+    backend_->replace_next =
+        SandboxReplacement{"old-id", "the backend discarded sandbox old-id (an exec failed)"};
     auto second = run_blocking(tool.run_shell(caller_, "echo hi"));
     EXPECT_FALSE(second.is_error()) << second.message;
     EXPECT_TRUE(second.sandbox_replaced);
