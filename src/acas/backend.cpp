@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "backend_state.hpp"
+#include "convergence.hpp"
 #include "images.hpp"
 #include "maf_sandbox/core/labels.hpp"
 #include "maf_sandbox/core/paths.hpp"
@@ -103,6 +104,46 @@ bool is_cancellation(const std::exception_ptr& failure) {
         return e.code() == asio::error::operation_aborted;
     } catch (...) {
         return false;
+    }
+}
+
+// The sandboxes that hold the key now: listed by its labels, without those being deleted or
+// failed and, for a conversation key, without call-scoped ones. `listed` gets every id the
+// listing named, in any state (a sandbox of ours that a winner already deleted shows as Deleting).
+Task<std::vector<SandboxInfo>> key_holders(AcasClient& client, const SandboxKey& key,
+                                           const std::string& kind, Deadline deadline,
+                                           std::set<std::string>* listed = nullptr) {
+    auto found = co_await client.list_sandboxes(key_selector(key, kind), deadline);
+    if (listed) {
+        for (const auto& info : found)
+            listed->insert(info.id);
+    }
+    const bool conversation_key = key.call_id.empty();
+    std::erase_if(found, [&](const SandboxInfo& info) {
+        return (conversation_key && info.labels.count("call")) ||
+               net::iequals(info.state, "Deleting") || net::iequals(info.state, "Failed");
+    });
+    co_return found;
+}
+
+// Deletes every holder but `winner` and `except` (the caller's own, which it deletes itself). No
+// waiting: a sandbox being deleted no longer holds the key, and its creator, converging on the
+// same winner, deletes it too. A failure is only logged; the next converger tries again.
+Task<void> dispose_losers(AcasBackend::State& state, AcasClient& client,
+                          const std::vector<SandboxInfo>& holders, const std::string& winner,
+                          const std::string& except, Deadline deadline) {
+    for (const auto& info : holders) {
+        if (info.id == winner || info.id == except)
+            continue;
+        try {
+            co_await client.delete_sandbox(info.id, deadline);
+            state.log->info("duplicate sandbox {} of the key disposed; {} holds it", info.id,
+                            winner);
+        } catch (const boost::system::system_error&) {
+            throw;
+        } catch (const std::exception& e) {
+            state.log->warn("disposing the duplicate sandbox {} failed: {}", info.id, e.what());
+        }
     }
 }
 
@@ -529,47 +570,23 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
             held.reset();
         }
     }
+    // Set when this acquire's own create lost the race for the key to another process's sandbox.
+    std::optional<SandboxInfo> redirect;
     if (!held && spec->isolation_scope != IsolationScope::call) {
         // Get-or-create across processes: the service's labels find a sandbox another process made.
-        const bool conversation_key = key.call_id.empty();
-        auto found = co_await client.list_sandboxes(key_selector(key, spec->kind),
-                                                    deadline_after(config.client_wait));
-        std::erase_if(found, [&](const SandboxInfo& info) {
-            return (conversation_key && info.labels.count("call")) ||
-                   net::iequals(info.state, "Deleting") || net::iequals(info.state, "Failed");
-        });
-        std::sort(found.begin(), found.end(),
-                  [](const auto& a, const auto& b) { return a.id < b.id; });
-        if (!found.empty()) {
-            const auto& info = found.front();
-            const auto existing = egress_of(info);
-            if (existing != wanted_egress) {
-                throw AcasEgressPolicyConflict(fmt::format(
-                    "the live sandbox {} of this key and kind was created with egress {} and the "
-                    "spec asks for {}; the original is kept. Dispose the kind before changing "
-                    "policy",
-                    info.id, describe(existing), describe(wanted_egress)));
-            }
-            auto adopted = std::make_shared<HeldSandbox>();
-            adopted->id = info.id;
-            adopted->key = key;
-            adopted->kind = spec->kind;
-            adopted->base = base;
-            adopted->egress = existing;
-            adopted->binding = binding;
-            co_await client.ensure_running(info.id, config.poll_interval,
-                                           deadline_after(config.resume_timeout));
-            std::lock_guard lock(state->mutex);
-            state->held[slot] = adopted;
-            held = adopted;
-            state->log->info("sandbox reused from the service: {}", info.id);
+        // Duplicates an earlier race left are resolved here by the same rule every replica uses.
+        const auto found =
+            co_await key_holders(client, key, spec->kind, deadline_after(config.client_wait));
+        if (const auto winner = convergence::winner(found)) {
+            co_await dispose_losers(*state, client, found, winner->id, "",
+                                    deadline_after(config.client_wait));
+            redirect = winner;
         }
     }
-
     bool fresh = false;
     std::string nonce;
     std::string image;
-    if (!held) {
+    if (!held && !redirect) {
         auto request =
             co_await image_source(*state, client, spec, deadline_after(config.client_wait));
         image = source_key(request);
@@ -607,11 +624,61 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
             }
             state->log->info("sandbox created: {} (image {})", info.id,
                              request.prebuilt_name.value_or(request.disk_image_id.value_or("?")));
-            co_await client.wait_until_running(info.id, config.poll_interval, deadline);
-            // Never leave a sandbox billable without its lifecycle policy.
-            co_await client.set_lifecycle(
-                info.id, LifecyclePolicy{config.auto_suspend_seconds, config.auto_delete_seconds},
-                deadline_after(config.client_wait));
+            if (spec->isolation_scope != IsolationScope::call) {
+                // Converge before anything runs in it: nothing is written to a loser.
+                std::set<std::string> listed;
+                auto holders = co_await key_holders(client, key, spec->kind,
+                                                    deadline_after(config.client_wait), &listed);
+                if (!listed.count(info.id))
+                    holders.push_back(info);  // created, not listed yet: it still competes
+                const auto winner = convergence::winner(holders);
+                if (!winner) {
+                    // Ours listed as Deleting and no other holder: a purge or dispose of the key
+                    // ran meanwhile. What was made is removed below.
+                    throw SandboxOutputError(
+                        "the key's sandboxes were being deleted while this acquire created one; "
+                        "acquire again");
+                }
+                co_await dispose_losers(*state, client, holders, winner->id, info.id,
+                                        deadline_after(config.client_wait));
+                if (winner->id != info.id) {
+                    state->log->info("sandbox {} lost the race for its key to {}; disposing it",
+                                     info.id, winner->id);
+                    {
+                        std::lock_guard lock(state->mutex);
+                        if (state->held[slot] == held)
+                            state->held.erase(slot);
+                    }
+                    const auto own = held->id;
+                    held.reset();
+                    fresh = false;
+                    redirect = winner;
+                    // Not waited for: Deleting no longer holds the key. Kept for retry on
+                    // failure, so this key's next acquire in this process deletes it first.
+                    bool deleted = false;
+                    try {
+                        co_await client.delete_sandbox(own, deadline_after(config.client_wait));
+                        deleted = true;
+                    } catch (const boost::system::system_error&) {
+                        throw;
+                    } catch (const std::exception& e) {
+                        state->log->warn("disposing the losing sandbox {} failed: {}", own,
+                                         e.what());
+                    }
+                    if (!deleted) {
+                        std::lock_guard lock(state->mutex);
+                        state->retained[slot].insert(own);
+                    }
+                }
+            }
+            if (held) {
+                co_await client.wait_until_running(info.id, config.poll_interval, deadline);
+                // Never leave a sandbox billable without its lifecycle policy.
+                co_await client.set_lifecycle(
+                    info.id,
+                    LifecyclePolicy{config.auto_suspend_seconds, config.auto_delete_seconds},
+                    deadline_after(config.client_wait));
+            }
         } catch (...) {
             failure = std::current_exception();
         }
@@ -648,7 +715,32 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
             std::rethrow_exception(failure);
         }
     }
-
+    if (!held && redirect) {
+        {
+            const auto& info = *redirect;
+            const auto existing = egress_of(info);
+            if (existing != wanted_egress) {
+                throw AcasEgressPolicyConflict(fmt::format(
+                    "the live sandbox {} of this key and kind was created with egress {} and the "
+                    "spec asks for {}; the original is kept. Dispose the kind before changing "
+                    "policy",
+                    info.id, describe(existing), describe(wanted_egress)));
+            }
+            auto adopted = std::make_shared<HeldSandbox>();
+            adopted->id = info.id;
+            adopted->key = key;
+            adopted->kind = spec->kind;
+            adopted->base = base;
+            adopted->egress = existing;
+            adopted->binding = binding;
+            co_await client.ensure_running(info.id, config.poll_interval,
+                                           deadline_after(config.resume_timeout));
+            std::lock_guard lock(state->mutex);
+            state->held[slot] = adopted;
+            held = adopted;
+            state->log->info("sandbox reused from the service: {}", info.id);
+        }
+    }
     std::exception_ptr failure;
     try {
         const auto probe_deadline = deadline_after(config.probe_timeout);
@@ -671,7 +763,17 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
     if (held->invalidated) {
         throw SandboxOutputError("the sandbox was invalidated during acquire; retry the acquire");
     }
-    co_return std::make_shared<AcasSandbox>(state, held);
+    auto handle = std::make_shared<AcasSandbox>(state, held);
+    held->handed_out = true;
+    {
+        std::lock_guard lock(state->mutex);
+        if (auto found = state->replaced.find(slot); found != state->replaced.end()) {
+            if (found->second.previous_id != held->id)
+                handle->mark_replaced(found->second);
+            state->replaced.erase(found);
+        }
+    }
+    co_return handle;
 }
 
 Task<std::optional<DisposalFailure>> AcasBackend::dispose(SandboxKey key,
@@ -699,6 +801,10 @@ Task<std::optional<DisposalFailure>> AcasBackend::dispose(SandboxKey key,
                 ++it;
             }
         }
+        // The caller discards the state itself: nothing is left to report.
+        std::erase_if(state->replaced, [&](const auto& entry) {
+            return entry.first.first == key && (!kind || entry.first.second == *kind);
+        });
     }
     try {
         AcasCredentialRequest credential_request;

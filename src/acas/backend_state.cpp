@@ -321,6 +321,12 @@ bool AcasBackend::State::mark_invalid(const std::shared_ptr<HeldSandbox>& sandbo
     }
     // Retained until the deletion succeeds: acquire for this key and kind waits for it.
     retained[slot].insert(sandbox->id);
+    if (sandbox->handed_out) {
+        replaced[slot] = SandboxReplacement{
+            sandbox->id, fmt::format("the backend discarded sandbox {} ({}); its files and "
+                                     "processes are gone",
+                                     sandbox->id, reason)};
+    }
     log->warn("sandbox {} invalidated ({}); disposing it", sandbox->id, reason);
     return true;
 }

@@ -53,6 +53,9 @@ struct HeldSandbox {
     EgressRecord egress;
     Binding binding;
     std::atomic<bool> invalidated{false};
+    // Set when acquire returned it: only then can a caller have left state in it, so only then
+    // does its invalidation make the key's next acquire report a replacement.
+    std::atomic<bool> handed_out{false};
     // Probe results cached with the sandbox; failures are not cached (the next acquire retries).
     std::mutex probe_mutex;
     bool capture_ok = false;
@@ -73,6 +76,9 @@ struct AcasBackend::State : std::enable_shared_from_this<AcasBackend::State> {
     mutable std::mutex mutex;
     std::map<SlotKey, std::shared_ptr<HeldSandbox>> held;
     std::map<SlotKey, std::set<std::string>> retained;
+    // Sandboxes discarded after a caller used them (an exec whose outcome is unknown, a failed
+    // capture): the key's next acquire in this process reports it on the sandbox it returns.
+    std::map<SlotKey, SandboxReplacement> replaced;
     std::map<SlotKey, std::shared_ptr<detail::AsyncMutex>> locks;
     std::map<std::pair<std::string, std::string>, int> acquiring;
     std::map<std::pair<std::string, std::string>, int> purging;

@@ -218,7 +218,7 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
             fmt::format("the command did not finish within {:.1f} s; the sandbox is being disposed",
                         request.timeout.count()));
     }
-    co_await state_->invalidate(held_, "an exec failed");
+    co_await state_->invalidate(held_, "an exec failed in flight, so whether it ran is unknown");
     std::rethrow_exception(failure);
 }
 

@@ -83,6 +83,7 @@ SandboxInfo parse_sandbox(const json::value& value) {
     SandboxInfo info;
     info.id = string_field(object, "id");
     info.state = string_field(object, "state");
+    info.created_at = string_field(object, "createdAt");
     if (const auto* details = object.if_contains("stateDetails"); details && details->is_object()) {
         info.stopped_reason = string_field(details->as_object(), "stoppedReason");
     }

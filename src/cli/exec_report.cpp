@@ -48,6 +48,13 @@ int report_exec(const ExecResult& result) {
     return delivered(out_error, err_error, result.exit_code);
 }
 
+void report_replacement(const Sandbox& sandbox) {
+    if (const auto& replaced = sandbox.replaced()) {
+        write_all(stderr, fmt::format("[maf-sandbox: sandbox replaced, state lost: {}]\n",
+                                      replaced->reason));
+    }
+}
+
 int report_output_limit(const ExecOutputLimitExceeded& error, std::uint64_t cap) {
     const int out_error = write_all(stdout, error.stdout_head());
     int err_error = write_all(stderr, error.stderr_head());

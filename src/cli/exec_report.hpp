@@ -5,12 +5,16 @@
 #include <cstdint>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/sandbox.hpp"
 #include "maf_sandbox/core/types.hpp"
 
 namespace maf_sandbox::cli {
 
 // Returns the command's exit status.
 int report_exec(const ExecResult& result);
+// Prints, on stderr, that the key's previous sandbox was discarded and this one is new (nothing
+// when it was not): a script must not read a blank sandbox as the one it left files in.
+void report_replacement(const Sandbox& sandbox);
 // Returns the command's exit status, or kExitFailed when it was killed before it exited.
 // Either returns kExitFailed, having said so on stderr, when a stream could not be written in full.
 int report_output_limit(const ExecOutputLimitExceeded& error, std::uint64_t cap);

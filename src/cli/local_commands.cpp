@@ -330,6 +330,7 @@ void add_local_commands(CLI::App& app, Context& context) {
             auto sandbox = run_blocking(
                 io, router.acquire({options->scope, options->thread, options->agent, ""},
                                    SandboxSpec(fields)));
+            report_replacement(*sandbox);
             context.exit_code = run_in(io, *sandbox, *options);
         });
     }

@@ -888,7 +888,7 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
         if (const auto* env = body.if_contains("environment"); env != nullptr && env->is_object()) {
             doc.environment = env->as_object();
         }
-        store.put(doc);
+        store.put_new(doc);
         logger->info("sandbox {} created from image {} (Creating)", doc.id, image);
         spawn_launch(doc);
         return json_response(201, doc.to_wire(kRegion));

@@ -5,6 +5,7 @@
 #include <cerrno>
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <chrono>
@@ -406,6 +407,25 @@ void StateStore::put(const SandboxDoc& doc) {
                  }
              },
              [this] { save_locked(); });
+}
+
+void StateStore::put_new(SandboxDoc& doc) {
+    std::lock_guard lock(mutex_);
+    const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    const std::int64_t stamp = std::max<std::int64_t>(now_us, last_created_us_ + 1);
+    const auto whole = static_cast<std::time_t>(stamp / 1'000'000);
+    std::tm tm{};
+    ::gmtime_r(&whole, &tm);
+    char buffer[64];
+    std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%S", &tm);
+    doc.created_at = fmt::format("{}.{:06d}+00:00", buffer, stamp % 1'000'000);
+    check_record(json::serialize(sandbox_to_state(doc)).size(), "sandbox");
+    check_count(sandboxes_.count(doc.id) == 0);
+    sandboxes_[doc.id] = doc;
+    save_locked();
+    last_created_us_ = stamp;
 }
 
 void StateStore::erase(const std::string& id) {

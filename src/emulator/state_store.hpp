@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/json/object.hpp>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -124,6 +125,11 @@ class StateStore {
     // every exec and file call sets, which must not cost an fsync per request.
     bool mutate_volatile(const std::string& id, const std::function<void(SandboxDoc&)>& change);
     void put(const SandboxDoc& doc);
+    // put() for a sandbox being created: stamps its createdAt under the store's lock, strictly
+    // later than every earlier one, so createdAt order is the order in which sandboxes became
+    // listable. A client that lists after its create then sees every older sandbox of its key,
+    // which is what lets racing clients agree on one winner (the oldest), as on the service.
+    void put_new(SandboxDoc& doc);
     void erase(const std::string& id);
 
     std::optional<DiskImageDoc> disk_image(const std::string& id) const;
@@ -144,6 +150,7 @@ class StateStore {
     std::filesystem::path file_;
     mutable std::mutex mutex_;
     std::map<std::string, SandboxDoc> sandboxes_;
+    std::int64_t last_created_us_ = 0;
     std::map<std::string, DiskImageDoc> disk_images_;
     mutable bool pending_ = false;
 };

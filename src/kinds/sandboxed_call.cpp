@@ -212,6 +212,10 @@ Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey ke
 
     ToolResult result;
     result.provenance = provenance_of(binding);
+    if (const auto& replaced = site.sandbox->replaced()) {
+        binding.log->warn("{}: {}", binding.tool_name, replaced->reason);
+        result.sandbox_replaced = true;
+    }
     std::exception_ptr body_error;
     try {
         co_await body(site, result);
@@ -233,6 +237,7 @@ Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey ke
         binding.log->error("{}: the call failed: {}", binding.tool_name, error_detail(body_error));
         auto failure = failed(binding, CallFailure::infrastructure, kCallFailed);
         failure.program = std::move(result.program);
+        failure.sandbox_replaced = result.sandbox_replaced;
         co_return failure;
     }
     report(progress, 4.0, "done");

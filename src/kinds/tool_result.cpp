@@ -15,10 +15,19 @@ void append_stream(std::string& text, std::string_view label, const std::string&
     }
 }
 
+// Fixed, so a model reads the same words whichever backend discarded what.
+constexpr const char* kSandboxReplacedSentence =
+    "Note: this conversation's previous sandbox was discarded after a failure, so this call ran in "
+    "a new one: files and processes left by earlier calls are gone.";
+
 }  // namespace
 
 std::string ToolResult::text() const {
     std::string text;
+    if (sandbox_replaced) {
+        text += kSandboxReplacedSentence;
+        text += '\n';
+    }
     if (!message.empty()) {
         text += message;
         text += '\n';

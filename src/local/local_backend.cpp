@@ -102,8 +102,9 @@ struct LocalBackend::Impl {
         const std::string work_dir = spec.work_dir_or_default();
         const std::string image = spec->image.value_or(config.default_image);
 
+        std::vector<std::string> lost;
         if (!per_call) {
-            if (auto record = find_warm(registry, labels)) {
+            if (auto record = find_warm(registry, labels, &lost)) {
                 const auto held = held_egress_policy(*record);
                 const auto wanted = runtime::EgressPolicy::make(spec->egress, spec->egress_allow);
                 if (held != wanted) {
@@ -117,10 +118,19 @@ struct LocalBackend::Impl {
                 return wrap(*handle_of(*record), work ? std::string(work->as_string()) : work_dir);
             }
         }
-        if (auto pooled = take_pooled(labels, spec, image, work_dir, owner)) {
-            return pooled;
+        auto made = take_pooled(labels, spec, image, work_dir, owner);
+        if (!made) {
+            made = create(labels, spec, image, work_dir, owner);
         }
-        return create(labels, spec, image, work_dir, owner);
+        if (!lost.empty()) {
+            // Found in the on-disk registry, so any process's next acquire of the key says so.
+            made->mark_replaced(SandboxReplacement{
+                lost.front(),
+                fmt::format("the supervisor of sandbox {} had died (killed or crashed) before "
+                            "its lifecycle expired; its files and processes are gone",
+                            lost.front())});
+        }
+        return made;
     }
 
     // (perf) A sandbox built ahead for the same image, work directory and limits (closed egress

@@ -159,7 +159,8 @@ void note_use(runtime::Registry& registry, runtime::SandboxRecord& record) {
     registry.update(record);
 }
 
-std::optional<runtime::SandboxRecord> find_warm(runtime::Registry& registry, const Labels& labels) {
+std::optional<runtime::SandboxRecord> find_warm(runtime::Registry& registry, const Labels& labels,
+                                                std::vector<std::string>* lost) {
     if (auto record = indexed_live(registry, labels)) {
         return record;
     }
@@ -168,6 +169,12 @@ std::optional<runtime::SandboxRecord> find_warm(runtime::Registry& registry, con
             continue;
         }
         if (!record_alive(record)) {
+            // An idle timeout or lifetime the spec set is disposal it asked for; a supervisor that
+            // died before either (killed, crashed) took state the caller still counts on.
+            if (lost && record.state == runtime::SandboxState::running && handle_of(record) &&
+                !runtime::lifecycle_expired(record, runtime::Clock::now())) {
+                lost->push_back(record.id);
+            }
             destroy_recorded(registry, record);  // expired or crashed
             continue;
         }

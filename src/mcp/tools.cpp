@@ -61,6 +61,7 @@ json::object output_schema() {
     properties["landed"] = json::object{{"type", "array"}, {"items", string_type}};
     properties["error"] = string_type;
     properties["dropped_bytes"] = json::object{{"type", "integer"}};
+    properties["sandbox_replaced"] = json::object{{"type", "boolean"}};
     json::object schema;
     schema["type"] = "object";
     schema["properties"] = std::move(properties);
@@ -232,6 +233,9 @@ json::object call_result(const kinds::ToolResult& result, std::string_view proto
         }
         if (result.failure == kinds::CallFailure::output_over_cap) {
             structured["dropped_bytes"] = result.dropped_bytes;
+        }
+        if (result.sandbox_replaced) {
+            structured["sandbox_replaced"] = true;
         }
         reply["structuredContent"] = std::move(structured);
     }

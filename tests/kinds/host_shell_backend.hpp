@@ -56,6 +56,11 @@ class HostShellBackend : public SandboxBackend {
         if (!sandbox) {
             sandbox = std::make_shared<HostShellSandbox>();
             ++created;
+            if (replace_next) {
+                // As a real backend does after discarding a key's sandbox.
+                sandbox->mark_replaced(*replace_next);
+                replace_next.reset();
+            }
         }
         co_return sandbox;
     }
@@ -95,6 +100,8 @@ class HostShellBackend : public SandboxBackend {
     std::vector<std::pair<SandboxKey, std::optional<std::string>>> disposed;
     std::vector<std::pair<std::string, std::string>> purged;
     int created = 0;
+    // When set, the next sandbox created reports it (Sandbox::replaced) and it is cleared.
+    std::optional<SandboxReplacement> replace_next;
 
   private:
     HostShellBackendOptions options_;

@@ -432,5 +432,24 @@ TEST_F(KindsTest, ShellNonZeroExitIsTheCommandsOwnResult) {
     EXPECT_NE(result.text().find("exit code: 7"), std::string::npos);
 }
 
+TEST_F(KindsTest, ACallInAReplacedSandboxSaysSoToTheModelAndInTheLog) {
+    ShellTool tool(router_, {}, log_);
+    auto first = run_blocking(tool.run_shell(caller_, "true"));
+    EXPECT_FALSE(first.sandbox_replaced);
+    EXPECT_EQ(first.text().find("discarded"), std::string::npos);
+    // What a backend sets on the sandbox it hands out after discarding the key's previous one.
+    backend_->replace_next =
+        SandboxReplacement{"old-id", "the backend discarded sandbox old-id (an exec failed)"};
+    auto second = run_blocking(tool.run_shell(caller_, "echo hi"));
+    EXPECT_FALSE(second.is_error()) << second.message;
+    EXPECT_TRUE(second.sandbox_replaced);
+    EXPECT_EQ(second.text().rfind("Note: this conversation's previous sandbox was discarded", 0),
+              0u)
+        << second.text();
+    EXPECT_EQ(second.text().find("old-id"), std::string::npos)
+        << "the model reads a fixed sentence";
+    EXPECT_NE(log_text_.str().find("old-id"), std::string::npos) << "the detail goes to the log";
+}
+
 }  // namespace
 }  // namespace maf_sandbox::kinds

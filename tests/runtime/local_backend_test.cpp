@@ -2,10 +2,15 @@
 // native files, and the core conformance suites it declares.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "maf_sandbox/core/conformance.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
+#include "maf_sandbox/local/warm_lookup.hpp"
+#include "maf_sandbox/runtime/registry.hpp"
 #include "sandbox_fixture.hpp"
 
 namespace maf_sandbox::local {
@@ -106,6 +111,63 @@ TEST(LocalBackend, BadInputCreatesNothing) {
                  InvalidArgument);
     EXPECT_TRUE(backend.list({}).empty());
     EXPECT_THROW(backend.list({"not a selector"}), InvalidArgument);
+}
+
+// The key's one recorded sandbox, and a wait (bounded) until its supervisor is gone.
+runtime::SandboxRecord only_record(const StateDir& state) {
+    const auto records = runtime::Registry(state.path()).list();
+    EXPECT_EQ(records.size(), 1u);
+    return records.empty() ? runtime::SandboxRecord{} : records.front();
+}
+
+bool dies_within(const runtime::SandboxRecord& record, std::chrono::seconds bound) {
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    while (record_alive(record)) {
+        if (std::chrono::steady_clock::now() >= deadline)
+            return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+}
+
+TEST(LocalBackend, AKilledSupervisorIsReportedAsAReplacedSandboxOnTheNextAcquireOnce) {
+    StateDir state;
+    const SandboxKey key{"s", "t", "a", ""};
+    std::string previous;
+    {
+        LocalBackend backend(config_for(state));
+        auto first = run_blocking(backend.acquire(key, spec_for()));
+        EXPECT_FALSE(first->replaced().has_value());
+        run_blocking(first->write_file("marker", "state", ""));
+        const auto record = only_record(state);
+        previous = record.id;
+        ASSERT_TRUE(kill_recorded(record));
+        ASSERT_TRUE(dies_within(record, std::chrono::seconds(20)));
+    }
+    // Another backend object (another process would do the same): the registry on disk remembers.
+    LocalBackend backend(config_for(state));
+    auto second = run_blocking(backend.acquire(key, spec_for()));
+    ASSERT_TRUE(second->replaced().has_value()) << "a blank sandbox was handed out silently";
+    EXPECT_EQ(second->replaced()->previous_id, previous);
+    EXPECT_NE(second->replaced()->reason.find("gone"), std::string::npos);
+    EXPECT_THROW(run_blocking(second->read_file("marker", "", 100)), FileNotFound);
+    auto third = run_blocking(backend.acquire(key, spec_for()));
+    EXPECT_FALSE(third->replaced().has_value()) << "one loss is reported once";
+    EXPECT_FALSE(run_blocking(backend.dispose(key, std::nullopt)));
+}
+
+TEST(LocalBackend, ASandboxThatReachedItsIdleTimeoutIsReplacedQuietly) {
+    StateDir state;
+    auto config = config_for(state);
+    config.idle_timeout = std::chrono::seconds(1);  // disposal the spec asked for
+    LocalBackend backend(config);
+    const SandboxKey key{"s", "idle", "a", ""};
+    run_blocking(backend.acquire(key, spec_for()));
+    const auto record = only_record(state);
+    ASSERT_TRUE(dies_within(record, std::chrono::seconds(30)));
+    auto next = run_blocking(backend.acquire(key, spec_for()));
+    EXPECT_FALSE(next->replaced().has_value()) << next->replaced()->reason;
+    EXPECT_FALSE(run_blocking(backend.dispose(key, std::nullopt)));
 }
 
 TEST(LocalBackendConformance, FilesOutFilesInExecAndFilesDeleteSuitesPass) {

@@ -75,6 +75,7 @@ struct SandboxInfo {
     std::map<std::string, std::string> labels;
     std::string egress_default_action;      // "Allow" when the service sent no policy
     std::vector<std::string> egress_hosts;  // hostRules patterns with action Allow
+    std::string created_at;                 // ISO 8601 as the service sent it; may be empty
 };
 
 struct ExecAnswer {

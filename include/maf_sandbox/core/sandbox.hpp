@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "maf_sandbox/core/types.hpp"
@@ -23,9 +24,24 @@ using Task = boost::asio::awaitable<T>;
 // outside the working directory, a path through a link, or the working directory itself where a
 // file is required throws ConfinementEscape; a non-link, non-directory ancestor throws
 // NotADirectory. A method whose capability the backend does not declare throws NotImplemented.
+// What acquire says when the key's previous sandbox was discarded by the backend (an exec whose
+// outcome was unknown, a supervisor that died) and the one it returns is new: whatever the caller
+// left in the old one (files, background processes) is gone. Expiry the spec asked for (an idle
+// timeout, a maximum lifetime) is not a replacement and is never reported.
+struct SandboxReplacement {
+    std::string previous_id;
+    std::string reason;
+};
+
 class Sandbox {
   public:
     virtual ~Sandbox() = default;
+
+    // Set on the sandbox the first acquire after a discard returns (once per discard; later
+    // acquires of the same sandbox carry nothing). Front ends must show it: the CLI prints it on
+    // stderr, MCP puts it in the tool result.
+    const std::optional<SandboxReplacement>& replaced() const { return replaced_; }
+    void mark_replaced(SandboxReplacement replacement) { replaced_ = std::move(replacement); }
 
     // The guest-native storage base that relative working directories resolve beneath.
     virtual std::string base_directory() const = 0;
@@ -69,6 +85,9 @@ class Sandbox {
     // withholds the reclaim capability throws NotImplemented before doing anything.
     virtual Task<void> reclaim(std::string directory, std::string working_directory,
                                Seconds timeout) = 0;
+
+  private:
+    std::optional<SandboxReplacement> replaced_;
 };
 
 // Hands out sandboxes keyed by (key, spec kind), reusing warm ones. Disposal consults the service

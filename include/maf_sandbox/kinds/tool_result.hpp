@@ -63,6 +63,9 @@ struct ToolResult {
     std::size_t dropped_bytes = 0;
     // One display line per landed output ("summary.json (120 bytes)"); never a host path.
     std::vector<std::string> landed;
+    // The conversation's previous sandbox was discarded by the backend after a failure and this
+    // call ran in a new one: files and processes earlier calls left are gone.
+    bool sandbox_replaced = false;
 
     // False for a program that ran to completion, whatever its exit code.
     bool is_error() const { return failure != CallFailure::none; }

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "maf_sandbox/runtime/egress.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
@@ -59,8 +60,11 @@ bool kill_recorded(const runtime::SandboxRecord& record);
 void note_use(runtime::Registry& registry, runtime::SandboxRecord& record);
 
 // The live sandbox with these identity labels, if any. Dead or expired ones met on the way are
-// destroyed (lazy reconcile). Call it holding registry.lock(acquire_lock_name(labels)).
-std::optional<runtime::SandboxRecord> find_warm(runtime::Registry& registry, const Labels& labels);
+// destroyed (lazy reconcile). Call it holding registry.lock(acquire_lock_name(labels)). `lost`,
+// when given, receives the ids of those that had been running and died before their lifecycle
+// expired (a killed or crashed supervisor): their state is gone and the caller must be told.
+std::optional<runtime::SandboxRecord> find_warm(runtime::Registry& registry, const Labels& labels,
+                                                std::vector<std::string>* lost = nullptr);
 
 // As find_warm, without the lock and without destroying anything: the first live sandbox with
 // these identity labels, for a caller that only uses it (a dead or half-made one is left to the
