@@ -295,6 +295,20 @@ int main(int argc, char** argv) {
         char params[120] = {};
         return report(raw(SYS_io_uring_setup, 8, reinterpret_cast<long>(params)));
     }
+    if (op == "io_setup") {
+        // The native AIO family, each with what a libaio user would pass: a context request of
+        // 128 events, then calls on a made-up context (refused before the kernel looks at it).
+        unsigned long ctx = 0;
+        const long setup = raw(SYS_io_setup, 128, reinterpret_cast<long>(&ctx));
+        if (setup == 0) {
+            raw(SYS_io_destroy, static_cast<long>(ctx));
+        }
+        report(setup);
+        report(raw(SYS_io_submit, 1, 0, 0));
+        report(raw(SYS_io_getevents, 1, 0, 1, 0, 0));
+        report(raw(SYS_io_destroy, 1));
+        return 0;
+    }
     if (op == "perf_event_open") {
         perf_event_attr attr{};
         attr.size = sizeof attr;
