@@ -283,6 +283,15 @@ std::unique_ptr<SandboxCgroup> create_v1(std::string_view name, const CgroupLimi
                 if (fs::exists(dir / "memory.memsw.limit_in_bytes")) {
                     write_file(dir / "memory.memsw.limit_in_bytes", bytes);
                 }
+                // v1 leaves socket buffers uncharged unless this limit is set, and a guest's
+                // unread loopback connections then push the host past net.ipv4.tcp_mem (the
+                // kernel drops every host connection). The kernel charges only sockets made
+                // after the limit is written, so it is set here, before any task joins. v1
+                // charges UDP buffers to the same counter; v2 charges all socket memory to
+                // memory.max already.
+                if (fs::exists(dir / "memory.kmem.tcp.limit_in_bytes")) {
+                    write_file(dir / "memory.kmem.tcp.limit_in_bytes", bytes);
+                }
             } else if (controller == "pids" && limits.pids > 0) {
                 write_file(dir / "pids.max", std::to_string(limits.pids));
             } else if (controller == "cpu" && limits.cpus > 0) {

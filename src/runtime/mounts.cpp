@@ -41,7 +41,17 @@ constexpr Device kDevices[] = {{"null", 1, 3},   {"zero", 1, 5},    {"full", 1, 
 // kernel's command line names the host's root device and boot setup; partitions and diskstats
 // name the host's disks. Each is covered by a bind of the guest's own /dev/null (a node in the
 // sandbox's /dev tmpfs, so the mount line names nothing of the host).
-constexpr const char* kMaskedProcFiles[] = {"/proc/cmdline", "/proc/partitions", "/proc/diskstats"};
+// The kernel's boot_id is the host's identity (the same in every sandbox on it, changing only
+// at its reboot): it would let a guest tell which sandboxes share a host.
+constexpr const char* kMaskedProcFiles[] = {"/proc/cmdline", "/proc/partitions", "/proc/diskstats",
+                                            "/proc/sys/kernel/random/boot_id"};
+
+// Host kernel directories a guest finds empty: /proc/fs holds one directory per mounted block
+// device of ext4, jbd2 and xfs (named after the host's disk, with its mount options and its
+// free-block layout in mb_groups) and nfsd's exports. Each is covered by an empty read-only tmpfs
+// whose mount line names nothing of the host. /proc/devices stays: it lists driver names and
+// majors the kernel was built with, not this host's disks.
+constexpr const char* kMaskedProcDirs[] = {"/proc/fs"};
 
 // A tmpfs's inode count is not bounded by its size (an empty file takes no page), and every inode
 // is kernel memory charged to the sandbox: without a count, creating empty files until the memory
@@ -486,6 +496,12 @@ void enter_root() {
     for (const char* file : kMaskedProcFiles) {
         if (::mount("/dev/null", file, nullptr, MS_BIND, nullptr) != 0) {
             throw SystemError(errno, fmt::format("masking {} in the sandbox", file));
+        }
+    }
+    for (const char* dir : kMaskedProcDirs) {
+        if (::mount("tmpfs", dir, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    "size=4k,nr_inodes=1,mode=0555") != 0) {
+            throw SystemError(errno, fmt::format("masking {} in the sandbox", dir));
         }
     }
     const std::string old_root = std::string("/") + kOldRootDir;

@@ -82,6 +82,14 @@ constexpr const char* kDenied[] = {
     "uselib",
 };
 
+// Native AIO. Its contexts come from one host-wide pool (fs.aio-max-nr) that no namespace or
+// cgroup divides: a guest looping io_setup starved the host and every other sandbox. The rest of
+// the family only acts on a context io_setup made. Refused with ENOSYS, not EPERM, as clone3 is:
+// "not in this kernel" is what libaio users (databases, fio, qemu) test for before falling back
+// to plain reads and writes. glibc's POSIX aio (aio_read...) uses threads and keeps working.
+constexpr const char* kNativeAio[] = {"io_setup",  "io_destroy",   "io_submit",
+                                      "io_cancel", "io_getevents", "io_pgetevents"};
+
 // Socket families that network namespaces do not confine. AF_VSOCK reaches the hypervisor side
 // of a VM host (CID 2) from any namespace, which would bypass closed egress; Bluetooth and the
 // Qualcomm IPC router are global too and have no use in a sandbox.
@@ -131,6 +139,12 @@ std::vector<sock_filter> compile() {
         check(::seccomp_rule_add(ctx, deny, SCMP_SYS(socketpair), 1,
                                  SCMP_A0(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFul, value)),
               "socket pairs of families outside the network namespace");
+    }
+    for (const char* name : kNativeAio) {
+        const int nr = ::seccomp_syscall_resolve_name(name);
+        if (nr != __NR_SCMP_ERROR) {
+            check(::seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0), name);
+        }
     }
     // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc fall back to clone.
     check(::seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0), "clone3");

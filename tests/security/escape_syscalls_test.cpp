@@ -2,8 +2,11 @@
 // reports its errno. The seccomp filter answers EPERM (never a kill, so a program can say what it
 // was refused); what the filter allows, missing capabilities and the namespaces refuse.
 #include <gtest/gtest.h>
+#include <linux/aio_abi.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "security_fixture.hpp"
 
@@ -80,6 +83,25 @@ TEST_F(SyscallEscape, KeyringCallsAreRefused) {
 
 TEST_F(SyscallEscape, IoUringSetupIsRefused) {
     EXPECT_EQ(errno_of({"io_uring"}), EPERM);
+}
+
+// Native AIO contexts are a host-wide pool (fs.aio-max-nr): the guest is refused the whole family
+// with ENOSYS (libaio users fall back to plain I/O), and the host's own io_setup is untouched.
+TEST_F(SyscallEscape, NativeAioIsRefusedToTheGuestWhileTheHostKeepsIt) {
+    const auto host_setup = [] {
+        aio_context_t ctx = 0;
+        const long rc = ::syscall(SYS_io_setup, 128, &ctx);
+        const int err = rc == 0 ? 0 : errno;
+        if (rc == 0) {
+            ::syscall(SYS_io_destroy, ctx);
+        }
+        return err;
+    };
+    ASSERT_EQ(host_setup(), 0) << "control: the host can make an AIO context";
+    const auto out = box_->probe({"io_setup"});
+    EXPECT_EQ(out, fmt::format("errno {0}\nerrno {0}\nerrno {0}\nerrno {0}\n", ENOSYS)) << out;
+    EXPECT_EQ(host_setup(), 0) << "the host's io_setup still works after the guest's attempt";
+    EXPECT_EQ(errno_of({"clone", "0"}), 0) << "benign control: the guest's plain calls still work";
 }
 
 TEST_F(SyscallEscape, PerfEventOpenIsRefused) {

@@ -3,8 +3,11 @@
 // second sandbox's exec completes while the attack runs.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
+#include <cstdio>
 #include <functional>
+#include <set>
 #include <thread>
 
 #include "security_fixture.hpp"
@@ -90,6 +93,71 @@ TEST_F(Exhaustion, MemoryHogIsOomKilledInsideTheSandboxOnly) {
         EXPECT_NE(result.stderr_bytes.find("out of memory"), std::string::npos)
             << result.stderr_bytes;
     });
+    EXPECT_EQ(box.sh("echo survived").stdout_bytes, "survived\n");
+}
+
+// The memory cgroups (v1) whose names mark them as sandboxes', wherever they sit.
+std::set<std::string> sandbox_memory_cgroups() {
+    std::set<std::string> found;
+    const fs::path root = "/sys/fs/cgroup/memory";
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(root, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        if (it->is_directory() && it->path().filename().string().starts_with("maf-sbx-")) {
+            found.insert(it->path().string());
+            it.disable_recursion_pending();
+        }
+    }
+    return found;
+}
+
+long long number_in(const std::string& file) {
+    return std::stoll(slurp(file));
+}
+
+// Unread loopback connections hold socket buffers: on cgroup v1 they are charged to the sandbox
+// only through memory.kmem.tcp.limit_in_bytes, else a guest pushes the host past tcp_mem.
+TEST_F(Exhaustion, UnreadLoopbackConnectionsCannotTakeMoreTcpMemoryThanTheSandboxLimit) {
+    if (!fs::exists("/sys/fs/cgroup/memory/memory.kmem.tcp.limit_in_bytes")) {
+        GTEST_SKIP() << "no cgroup v1 TCP accounting here (v2 charges sockets to memory.max)";
+    }
+    constexpr long long kLimit = 128ll << 20;
+    constexpr long long kSlack = 16ll << 20;
+    const auto others = sandbox_memory_cgroups();
+    local::LocalBackendConfig config;
+    config.memory_bytes = kLimit;
+    Box box(config);
+    std::string cgroup;
+    for (const auto& dir : sandbox_memory_cgroups()) {
+        cgroup = others.contains(dir) ? cgroup : dir;
+    }
+    ASSERT_FALSE(cgroup.empty()) << "the sandbox has no memory cgroup";
+    EXPECT_EQ(number_in(cgroup + "/memory.kmem.tcp.limit_in_bytes"), kLimit);
+    const auto fill = [&](int connections) {
+        const auto result = box.exec(Argv{kProbe, "tcp-fill", std::to_string(connections)}, 90s);
+        std::array<long long, 3> values{};
+        EXPECT_EQ(std::sscanf(result.stdout_bytes.c_str(), "queued %lld before %lld after %lld",
+                              &values[0], &values[1], &values[2]),
+                  3)
+            << result.stdout_bytes << result.stderr_bytes;
+        return values;
+    };
+    // Benign control: a few connections carry their data, charged to the sandbox.
+    const auto control = fill(2);
+    EXPECT_GT(control[0], 1ll << 20);
+    EXPECT_GT(number_in(cgroup + "/memory.kmem.tcp.max_usage_in_bytes"), 0);
+
+    std::array<long long, 3> attack{};
+    under_attack([&] { attack = fill(64); });
+    // 64 connections of 8 MiB would be 512 MiB. The kernel charges what is already in flight
+    // even past the limit, so the peak may pass it a little, never by the attack's size.
+    const long long grown = (attack[2] - attack[1]) * 4096;
+    const long long peak = number_in(cgroup + "/memory.kmem.tcp.max_usage_in_bytes");
+    EXPECT_LT(grown, kLimit + 2 * kSlack) << "the host's TCP memory grew past the sandbox's limit";
+    EXPECT_LT(peak, kLimit + kSlack);
+    EXPECT_LT(attack[0], kLimit + kSlack);
+    std::printf("queued %lld, host TCP memory grew %lld, sandbox peak %lld\n", attack[0], grown,
+                peak);
     EXPECT_EQ(box.sh("echo survived").stdout_bytes, "survived\n");
 }
 

@@ -198,6 +198,76 @@ int usage() {
 
 }  // namespace
 
+// The host-wide TCP memory in use, in pages (/proc/net/sockstat's "TCP: ... mem N" is global,
+// not per network namespace).
+long tcp_mem_pages() {
+    FILE* file = std::fopen("/proc/net/sockstat", "r");
+    if (file == nullptr) {
+        return -1;
+    }
+    char line[256];
+    long pages = -1;
+    while (std::fgets(line, sizeof line, file) != nullptr) {
+        if (std::strncmp(line, "TCP:", 4) == 0) {
+            const char* mem = std::strstr(line, " mem ");
+            pages = mem != nullptr ? std::strtol(mem + 5, nullptr, 10) : -1;
+        }
+    }
+    std::fclose(file);
+    return pages;
+}
+
+// Opens `count` loopback connections in the sandbox's own network namespace and fills each
+// (non-blocking, up to 8 MiB) without ever reading, for at most 20 s. Prints the bytes the kernel
+// took and the host's TCP memory (pages) before and while they are all held.
+int tcp_fill(long count) {
+    const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listener, static_cast<int>(count)) != 0 ||
+        ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+        return report(-1);
+    }
+    const long before = tcp_mem_pages();
+    timespec start{};
+    ::clock_gettime(CLOCK_MONOTONIC, &start);
+    std::vector<int> fds;
+    static char chunk[65536];
+    long long queued = 0;
+    for (long i = 0; i < count; ++i) {
+        const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+        if (client < 0 || ::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+            break;
+        }
+        const int server = ::accept(listener, nullptr, nullptr);
+        fds.push_back(client);
+        fds.push_back(server);
+        ::fcntl(client, F_SETFL, O_NONBLOCK);
+        for (long long sent = 0; sent < (8ll << 20);) {
+            const ssize_t n = ::send(client, chunk, sizeof chunk, MSG_NOSIGNAL);
+            if (n <= 0) {
+                break;
+            }
+            sent += n;
+            queued += n;
+        }
+        timespec now{};
+        ::clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - start.tv_sec > 20) {
+            break;
+        }
+    }
+    std::printf("queued %lld before %ld after %ld\n", queued, before, tcp_mem_pages());
+    for (const int fd : fds) {
+        ::close(fd);
+    }
+    ::close(listener);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc < 2) {
         return usage();
@@ -294,6 +364,23 @@ int main(int argc, char** argv) {
     if (op == "io_uring") {
         char params[120] = {};
         return report(raw(SYS_io_uring_setup, 8, reinterpret_cast<long>(params)));
+    }
+    if (op == "tcp-fill") {
+        return tcp_fill(std::strtol(arg(1), nullptr, 10));
+    }
+    if (op == "io_setup") {
+        // The native AIO family, each with what a libaio user would pass: a context request of
+        // 128 events, then calls on a made-up context (refused before the kernel looks at it).
+        unsigned long ctx = 0;
+        const long setup = raw(SYS_io_setup, 128, reinterpret_cast<long>(&ctx));
+        if (setup == 0) {
+            raw(SYS_io_destroy, static_cast<long>(ctx));
+        }
+        report(setup);
+        report(raw(SYS_io_submit, 1, 0, 0));
+        report(raw(SYS_io_getevents, 1, 0, 1, 0, 0));
+        report(raw(SYS_io_destroy, 1));
+        return 0;
     }
     if (op == "perf_event_open") {
         perf_event_attr attr{};

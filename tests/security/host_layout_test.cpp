@@ -154,7 +154,8 @@ const std::vector<std::pair<std::string, Format>> kGuestViews{
     {"/proc/1/cmdline", Format::text},
     {"/proc/cmdline", Format::text},
     {"/proc/partitions", Format::text},
-    {"/proc/diskstats", Format::text}};
+    {"/proc/diskstats", Format::text},
+    {"/proc/sys/kernel/random/boot_id", Format::text}};
 
 TEST(HostLayoutPrivacy, ControlTheCheckFindsTheHostsLayoutInTheHostsOwnView) {
     const auto host = host_layout({});
@@ -165,6 +166,9 @@ TEST(HostLayoutPrivacy, ControlTheCheckFindsTheHostsLayoutInTheHostsOwnView) {
     if (!host.kernel_cmdline.empty()) {
         EXPECT_FALSE(leaks(slurp("/proc/cmdline"), host, Format::text).empty());
     }
+    // The host has per-disk entries under /proc/fs (ext4, jbd2, xfs) that a guest must not list.
+    EXPECT_FALSE(fs::is_empty("/proc/fs"));
+    EXPECT_FALSE(slurp("/proc/sys/kernel/random/boot_id").empty());
 }
 
 TEST(HostLayoutPrivacy, AHostImageGuestSeesNothingOfTheHostsLayout) {
@@ -188,6 +192,11 @@ TEST(HostLayoutPrivacy, AHostImageGuestSeesNothingOfTheHostsLayout) {
     EXPECT_NE(box.sh("touch /usr/.maf-write-probe").exit_code, 0);
     EXPECT_EQ(box.sh("tr '\\0' ' ' < /proc/1/cmdline").stdout_bytes, "maf-sandbox-supervisor ");
     EXPECT_EQ(box.sh("cat /proc/cmdline /proc/partitions").stdout_bytes, "");
+    // /proc/fs is there and empty (no ext4/<disk>/options, no mb_groups), and stays read-only.
+    const auto proc_fs = box.sh("ls -A /proc/fs; cat /proc/fs/ext4/*/options 2>/dev/null");
+    EXPECT_EQ(proc_fs.stdout_bytes, "");
+    EXPECT_NE(box.sh("touch /proc/fs/planted").exit_code, 0);
+    EXPECT_EQ(box.sh("cat /proc/sys/kernel/random/boot_id").stdout_bytes, "");
     // The devices and the copied host file still work.
     EXPECT_EQ(box.sh("echo lost > /dev/null && head -c 16 /dev/urandom | wc -c").stdout_bytes,
               "16\n");
