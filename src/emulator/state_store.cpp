@@ -423,8 +423,9 @@ void StateStore::put_new(SandboxDoc& doc) {
     doc.created_at = fmt::format("{}.{:06d}+00:00", buffer, stamp % 1'000'000);
     check_record(json::serialize(sandbox_to_state(doc)).size(), "sandbox");
     check_count(sandboxes_.count(doc.id) == 0);
-    sandboxes_[doc.id] = doc;
-    save_locked();
+    // A client's create: strict, so a disk that cannot record it leaves nothing listed.
+    strictly([&] { sandboxes_[doc.id] = doc; }, [&] { sandboxes_.erase(doc.id); },
+             [this] { save_locked(); });
     last_created_us_ = stamp;
 }
 

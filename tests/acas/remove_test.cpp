@@ -18,9 +18,10 @@ using maf_sandbox::testing::drive;
 using maf_sandbox::testing::TempDir;
 namespace fs = std::filesystem;
 
-// How the guest's command for `argv` appears inside the capture script the backend sends.
+// How the guest's command for `argv` appears inside the capture script the backend sends: remove
+// runs it under LC_ALL=C, since a permission refusal is read from libc's message.
 std::string as_sent(const Argv& argv) {
-    return shell_quote(shell_join(argv));
+    return shell_quote("export LC_ALL=" + shell_quote("C") + "; " + shell_join(argv));
 }
 
 std::size_t sent(testing::FakeAcasService& service, const std::string& text) {

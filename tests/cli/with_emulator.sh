@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # with_emulator.sh ACAS_EMULATOR CMD ARGS...: starts acas-emulator on a free loopback port with a
 # self-signed certificate, then runs CMD with @ENDPOINT@, @CA_FILE@ and @TOKEN@ in its arguments
-# replaced; stops the emulator afterwards and exits with CMD's status.
+# replaced; stops the emulator afterwards and exits with CMD's status. MAF_TEST_EMULATOR_ARGS, when
+# set, adds options to `acas-emulator serve` (word-split).
 set -euo pipefail
 emulator=$1
 shift
@@ -14,7 +15,7 @@ cleanup() {
 trap cleanup EXIT
 token=test-token
 mkfifo "$work/out"
-"$emulator" serve --listen 127.0.0.1:0 --state-dir "$work/state" --self-signed --token "$token" \
+"$emulator" serve --listen 127.0.0.1:0 --state-dir "$work/state" --self-signed --token "$token" ${MAF_TEST_EMULATOR_ARGS:-} \
     >"$work/out" 2>"$work/log" &
 pid=$!
 exec 3<"$work/out"

@@ -437,7 +437,9 @@ TEST_F(KindsTest, ACallInAReplacedSandboxSaysSoToTheModelAndInTheLog) {
     auto first = run_blocking(tool.run_shell(caller_, "true"));
     EXPECT_FALSE(first.sandbox_replaced);
     EXPECT_EQ(first.text().find("discarded"), std::string::npos);
-    // What a backend sets on the sandbox it hands out after discarding the key's previous one.
+    // The backend discards the conversation's sandbox (an exec whose outcome is unknown), and
+    // marks the one it hands out next: the conversation's next call reaches a new sandbox.
+    backend_->live.clear();
     backend_->replace_next =
         SandboxReplacement{"old-id", "the backend discarded sandbox old-id (an exec failed)"};
     auto second = run_blocking(tool.run_shell(caller_, "echo hi"));
