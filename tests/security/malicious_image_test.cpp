@@ -378,6 +378,51 @@ TEST_F(MaliciousImageLaunch, ControlABenignImageLaunchesAndRuns) {
     EXPECT_EQ(probe_read(*sandbox, "/etc/hostname"), "imaged\n");
 }
 
+// Issue 17, class 2: an archive's set-user-id root file must not become a host root shell in the
+// store. The importer keeps owner and permission bits but never S_ISUID/S_ISGID (for a rootfs
+// tarball and a docker-save image alike); the sticky bit of a shared directory stays. Inside the
+// sandbox the file still exists and runs: its set-id bits meant nothing there anyway (the owner is
+// a host id the sandbox's user namespace does not map).
+TEST_F(MaliciousImageLaunch, AnImportedSetIdFileLosesItsSetIdBitsAndStillRunsInside) {
+    TarBuilder layer;
+    base_layer(layer)
+        .dir("bin")
+        .file("bin/suid-probe", probe_bytes(), 04755)
+        .file("bin/sgid-probe", probe_bytes(), 02755)
+        .dir("var")
+        .dir("var/tmp", 01777)
+        .dir("var/setgid-dir", 02775);
+    const std::string tar = layer.finish();
+    const auto tarball = work.path() / "setid-rootfs.tar";
+    spit(tarball, tar);
+    const auto info = import({tar});
+    ASSERT_TRUE(info);
+    const auto plain = store.import(tarball, "setid:rootfs");
+    for (const auto* imported : {&*info, &plain}) {
+        const auto mode_of = [&](const char* path) {
+            struct stat st {};
+            EXPECT_EQ(::lstat((imported->rootfs / path).c_str(), &st), 0) << path;
+            return st.st_mode & 07777;
+        };
+        EXPECT_EQ(mode_of("bin/suid-probe"), 0755u) << imported->source;
+        EXPECT_EQ(mode_of("bin/sgid-probe"), 0755u) << imported->source;
+        EXPECT_EQ(mode_of("var/setgid-dir"), 0775u) << imported->source;
+        EXPECT_EQ(mode_of("var/tmp"), 01777u) << imported->source;
+        for (const auto& entry : fs::recursive_directory_iterator(imported->rootfs)) {
+            struct stat st {};
+            ASSERT_EQ(::lstat(entry.path().c_str(), &st), 0);
+            EXPECT_EQ(st.st_mode & (S_ISUID | S_ISGID), 0u) << entry.path();
+        }
+    }
+    const auto sandbox = acquire(info->ref.str());
+    ExecRequest request;
+    request.command = Argv{"/bin/suid-probe", "read", "/etc/hostname"};
+    request.timeout = kExecTimeout;
+    const auto result = run_blocking(sandbox->exec(request));
+    EXPECT_EQ(result.exit_code, 0) << result.stderr_bytes;
+    EXPECT_EQ(result.stdout_bytes, "imaged\n");
+}
+
 TEST_F(MaliciousImageLaunch, AWorkDirectoryBehindALinkFailsTheLaunchAndTouchesNothing) {
     const auto before = snapshot(victims.dir.path());
     for (const auto& [place, target] : std::vector<std::pair<std::string, std::string>>{
