@@ -737,12 +737,10 @@ ImageStore::ImageStore(fs::path state_dir)
       images_dir_(state_dir_ / "images") {
     std::error_code ignored;
     fs::create_directories(state_dir_, ignored);
-    for (const auto& dir : {state_dir_, images_dir_}) {
-        if (::mkdir(dir.c_str(), 0711) != 0 && errno != EEXIST) {
-            throw SystemError(errno, fmt::format("creating '{}'", dir.string()),
-                              "run as root or set MAF_SANDBOX_STATE_DIR to a writable directory");
-        }
-    }
+    // 0711: supervisors (unprivileged host uids) traverse to their image's layers by path; no
+    // host user may list the store.
+    detail::make_state_dir(state_dir_, 0711);
+    detail::make_state_dir(images_dir_, 0711);
 }
 
 fs::path ImageStore::image_dir(const ImageRef& ref) const {

@@ -5,6 +5,7 @@
 // and proves the victims are exactly as they were (content, mode, owner, no new entries) after
 // the import and after the launch attempt. A benign control with the same paths and no links
 // passes first. (Item 8, the host's layout in the guest's view, is host_layout_test.cpp.)
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 #include "../runtimefs/tar_builder.hpp"
 #include "maf_sandbox/runtime/images.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
+#include "maf_sandbox/runtime/registry.hpp"
 #include "security_fixture.hpp"
 
 namespace maf_sandbox::security {
@@ -179,6 +181,47 @@ class MaliciousImage : public ::testing::Test {
     runtime::ImageStore store;
     int count = 0;
 };
+
+// The store's roots are never listable by another host user: made 0711, and an existing looser
+// root (create_directories under the umask makes 0755) is tightened, both by the image store and by
+// the sandbox registry. 0711, not 0700: supervisors, unprivileged host uids, traverse by path (see
+// docs/SECURITY.md). Host uid 65534 in a forked child cannot list them.
+TEST_F(MaliciousImage, TheStateDirectorysRootsAreNeverListableByOtherHostUsers) {
+    ASSERT_EQ(::chmod(work.path().c_str(), 0711), 0);
+    const auto root = work.path() / "state";
+    fs::create_directories(root / "images");
+    fs::create_directories(root / "sandboxes");
+    for (const auto& dir : {root, root / "images", root / "sandboxes"}) {
+        ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+    }
+    runtime::ImageStore loose_store(root);
+    runtime::Registry registry(root);
+    const auto mode_of = [](const fs::path& path) {
+        struct stat st {};
+        EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+        return st.st_mode & 07777;
+    };
+    for (const auto& dir : {root, root / "images", root / "sandboxes"}) {
+        EXPECT_EQ(mode_of(dir), 0711u) << dir;
+    }
+    EXPECT_EQ(mode_of(root / "locks"), 0700u);
+    const pid_t child = ::fork();
+    if (child == 0) {
+        if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) {
+            ::_exit(10);
+        }
+        for (const auto& dir : {root, root / "images", root / "sandboxes", root / "locks"}) {
+            if (::open(dir.c_str(), O_RDONLY | O_DIRECTORY) >= 0 || errno != EACCES) {
+                ::_exit(11);
+            }
+        }
+        ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "10: could not become 65534; 11: a root was listable";
+}
 
 // --- the root builder
 // -----------------------------------------------------------------------------
