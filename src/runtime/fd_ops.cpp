@@ -148,6 +148,29 @@ void remove_tree_at(int parent_fd, const std::string& name, bool stay_on_device,
     remove_tree_level(parent_fd, name, stay_on_device, st.st_dev, describe);
 }
 
+void make_state_dir(const std::filesystem::path& path, mode_t mode) {
+    if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+        throw SystemError(errno, fmt::format("creating state directory '{}'", path.string()),
+                          "run as root or set MAF_SANDBOX_STATE_DIR to a writable directory");
+    }
+    const UniqueFd dir{::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+    if (!dir) {
+        if (errno == ELOOP) {
+            return;
+        }
+        throw SystemError(errno, fmt::format("opening state directory '{}'", path.string()));
+    }
+    struct stat st {};
+    if (::fstat(dir.get(), &st) != 0) {
+        throw SystemError(errno, fmt::format("inspecting state directory '{}'", path.string()));
+    }
+    const mode_t current = st.st_mode & 07777;
+    if ((current & ~mode) != 0 && ::fchmod(dir.get(), current & mode) != 0) {
+        throw SystemError(errno, fmt::format("tightening state directory '{}'", path.string()),
+                          "run as the directory's owner");
+    }
+}
+
 void remove_host_tree(const std::filesystem::path& path, bool stay_on_device) {
     const auto parent = path.parent_path();
     const auto name = path.filename().string();

@@ -140,14 +140,22 @@ std::string dir_name(const std::string& path) {
     return slash == std::string::npos ? std::string{} : path.substr(0, slash);
 }
 
+// The archive's permission bits an imported object keeps: all but set-user-id and set-group-id.
+// On the host a set-id file owned by the archive's uid 0 is a root shell for any host user who
+// reaches it (issue 17, class 2). Inside a sandbox nothing is lost: image files belong to host
+// ids the sandbox's user namespace does not map, and the kernel ignores set-id bits of a file
+// whose owner is unmapped (and the root is mounted nosuid besides). The sticky bit stays: a
+// shared /tmp needs it inside.
+constexpr mode_t kKeptModeBits = 07777 & ~(S_ISUID | S_ISGID);
+
 // Owner, mode and times of a new object, through its descriptor only. chown first: it clears
-// set-id bits, and the mode applied afterwards is exactly the archive's.
+// set-id bits, and the mode applied afterwards is the archive's without them.
 void set_metadata(int fd, archive_entry* entry, bool set_mode) {
     if (::fchown(fd, static_cast<uid_t>(archive_entry_uid(entry)),
                  static_cast<gid_t>(archive_entry_gid(entry))) != 0) {
         throw SystemError(errno, "setting an image file's owner");
     }
-    if (set_mode && ::fchmod(fd, archive_entry_perm(entry) & 07777) != 0) {
+    if (set_mode && ::fchmod(fd, archive_entry_perm(entry) & kKeptModeBits) != 0) {
         throw SystemError(errno, "setting an image file's mode");
     }
 }
@@ -729,12 +737,10 @@ ImageStore::ImageStore(fs::path state_dir)
       images_dir_(state_dir_ / "images") {
     std::error_code ignored;
     fs::create_directories(state_dir_, ignored);
-    for (const auto& dir : {state_dir_, images_dir_}) {
-        if (::mkdir(dir.c_str(), 0711) != 0 && errno != EEXIST) {
-            throw SystemError(errno, fmt::format("creating '{}'", dir.string()),
-                              "run as root or set MAF_SANDBOX_STATE_DIR to a writable directory");
-        }
-    }
+    // 0711: supervisors (unprivileged host uids) traverse to their image's layers by path; no
+    // host user may list the store.
+    detail::make_state_dir(state_dir_, 0711);
+    detail::make_state_dir(images_dir_, 0711);
 }
 
 fs::path ImageStore::image_dir(const ImageRef& ref) const {

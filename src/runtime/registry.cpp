@@ -41,13 +41,6 @@ constexpr std::array<StateName, 3> kStates{{{SandboxState::creating, "creating"}
                                             {SandboxState::running, "running"},
                                             {SandboxState::stopping, "stopping"}}};
 
-void make_dir(const fs::path& path, mode_t mode) {
-    if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
-        throw SystemError(errno, fmt::format("creating state directory '{}'", path.string()),
-                          "run as root or set MAF_SANDBOX_STATE_DIR to a writable directory");
-    }
-}
-
 std::int64_t to_ms(Clock::time_point t) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
@@ -422,10 +415,12 @@ Registry::Registry(fs::path state_dir) : state_dir_(std::move(state_dir)) {
     state_dir_ = fs::absolute(state_dir_).lexically_normal();
     std::error_code ignored;
     fs::create_directories(state_dir_, ignored);
-    // 0711: the runtime's user namespaces must traverse into per-sandbox directories, never list.
-    make_dir(state_dir_, 0711);
-    make_dir(state_dir_ / "sandboxes", 0711);
-    make_dir(state_dir_ / "locks", 0700);
+    // 0711: the runtime's user namespaces must traverse into per-sandbox directories, never list
+    // (a sandbox's id is random, so no other host user can name its directory). Tightened when
+    // create_directories made them under the umask (0755).
+    detail::make_state_dir(state_dir_, 0711);
+    detail::make_state_dir(state_dir_ / "sandboxes", 0711);
+    detail::make_state_dir(state_dir_ / "locks", 0700);
 }
 
 std::string Registry::new_id() {

@@ -27,8 +27,8 @@ class TarBuilder {
     TarBuilder& file(const std::string& name, const std::string& content, int mode = 0644) {
         return add(name, AE_IFREG, mode, content, nullptr, nullptr);
     }
-    TarBuilder& dir(const std::string& name) {
-        return add(name, AE_IFDIR, 0755, "", nullptr, nullptr);
+    TarBuilder& dir(const std::string& name, int mode = 0755) {
+        return add(name, AE_IFDIR, mode, "", nullptr, nullptr);
     }
     TarBuilder& symlink(const std::string& name, const std::string& target) {
         return add(name, AE_IFLNK, 0777, "", target.c_str(), nullptr);

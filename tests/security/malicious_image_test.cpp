@@ -5,6 +5,7 @@
 // and proves the victims are exactly as they were (content, mode, owner, no new entries) after
 // the import and after the launch attempt. A benign control with the same paths and no links
 // passes first. (Item 8, the host's layout in the guest's view, is host_layout_test.cpp.)
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 #include "../runtimefs/tar_builder.hpp"
 #include "maf_sandbox/runtime/images.hpp"
 #include "maf_sandbox/runtime/isolation.hpp"
+#include "maf_sandbox/runtime/registry.hpp"
 #include "security_fixture.hpp"
 
 namespace maf_sandbox::security {
@@ -179,6 +181,47 @@ class MaliciousImage : public ::testing::Test {
     runtime::ImageStore store;
     int count = 0;
 };
+
+// The store's roots are never listable by another host user: made 0711, and an existing looser
+// root (create_directories under the umask makes 0755) is tightened, both by the image store and by
+// the sandbox registry. 0711, not 0700: supervisors, unprivileged host uids, traverse by path (see
+// docs/SECURITY.md). Host uid 65534 in a forked child cannot list them.
+TEST_F(MaliciousImage, TheStateDirectorysRootsAreNeverListableByOtherHostUsers) {
+    ASSERT_EQ(::chmod(work.path().c_str(), 0711), 0);
+    const auto root = work.path() / "state";
+    fs::create_directories(root / "images");
+    fs::create_directories(root / "sandboxes");
+    for (const auto& dir : {root, root / "images", root / "sandboxes"}) {
+        ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+    }
+    runtime::ImageStore loose_store(root);
+    runtime::Registry registry(root);
+    const auto mode_of = [](const fs::path& path) {
+        struct stat st {};
+        EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+        return st.st_mode & 07777;
+    };
+    for (const auto& dir : {root, root / "images", root / "sandboxes"}) {
+        EXPECT_EQ(mode_of(dir), 0711u) << dir;
+    }
+    EXPECT_EQ(mode_of(root / "locks"), 0700u);
+    const pid_t child = ::fork();
+    if (child == 0) {
+        if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) {
+            ::_exit(10);
+        }
+        for (const auto& dir : {root, root / "images", root / "sandboxes", root / "locks"}) {
+            if (::open(dir.c_str(), O_RDONLY | O_DIRECTORY) >= 0 || errno != EACCES) {
+                ::_exit(11);
+            }
+        }
+        ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "10: could not become 65534; 11: a root was listable";
+}
 
 // --- the root builder
 // -----------------------------------------------------------------------------
@@ -376,6 +419,51 @@ TEST_F(MaliciousImageLaunch, ControlABenignImageLaunchesAndRuns) {
     ASSERT_TRUE(import({layer.finish()}));
     const auto sandbox = acquire("evil:1");
     EXPECT_EQ(probe_read(*sandbox, "/etc/hostname"), "imaged\n");
+}
+
+// Issue 17, class 2: an archive's set-user-id root file must not become a host root shell in the
+// store. The importer keeps owner and permission bits but never S_ISUID/S_ISGID (for a rootfs
+// tarball and a docker-save image alike); the sticky bit of a shared directory stays. Inside the
+// sandbox the file still exists and runs: its set-id bits meant nothing there anyway (the owner is
+// a host id the sandbox's user namespace does not map).
+TEST_F(MaliciousImageLaunch, AnImportedSetIdFileLosesItsSetIdBitsAndStillRunsInside) {
+    TarBuilder layer;
+    base_layer(layer)
+        .dir("bin")
+        .file("bin/suid-probe", probe_bytes(), 04755)
+        .file("bin/sgid-probe", probe_bytes(), 02755)
+        .dir("var")
+        .dir("var/tmp", 01777)
+        .dir("var/setgid-dir", 02775);
+    const std::string tar = layer.finish();
+    const auto tarball = work.path() / "setid-rootfs.tar";
+    spit(tarball, tar);
+    const auto info = import({tar});
+    ASSERT_TRUE(info);
+    const auto plain = store.import(tarball, "setid:rootfs");
+    for (const auto* imported : {&*info, &plain}) {
+        const auto mode_of = [&](const char* path) {
+            struct stat st {};
+            EXPECT_EQ(::lstat((imported->rootfs / path).c_str(), &st), 0) << path;
+            return st.st_mode & 07777;
+        };
+        EXPECT_EQ(mode_of("bin/suid-probe"), 0755u) << imported->source;
+        EXPECT_EQ(mode_of("bin/sgid-probe"), 0755u) << imported->source;
+        EXPECT_EQ(mode_of("var/setgid-dir"), 0775u) << imported->source;
+        EXPECT_EQ(mode_of("var/tmp"), 01777u) << imported->source;
+        for (const auto& entry : fs::recursive_directory_iterator(imported->rootfs)) {
+            struct stat st {};
+            ASSERT_EQ(::lstat(entry.path().c_str(), &st), 0);
+            EXPECT_EQ(st.st_mode & (S_ISUID | S_ISGID), 0u) << entry.path();
+        }
+    }
+    const auto sandbox = acquire(info->ref.str());
+    ExecRequest request;
+    request.command = Argv{"/bin/suid-probe", "read", "/etc/hostname"};
+    request.timeout = kExecTimeout;
+    const auto result = run_blocking(sandbox->exec(request));
+    EXPECT_EQ(result.exit_code, 0) << result.stderr_bytes;
+    EXPECT_EQ(result.stdout_bytes, "imaged\n");
 }
 
 TEST_F(MaliciousImageLaunch, AWorkDirectoryBehindALinkFailsTheLaunchAndTouchesNothing) {
