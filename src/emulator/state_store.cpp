@@ -300,6 +300,25 @@ void strictly(const Change& change, const Undo& undo, const std::function<void()
     }
 }
 
+// Records `doc` under its id in `records`, strictly: a failed save puts back what was there
+// before (or nothing), so memory never holds a record the disk refused.
+template <class Records, class Doc>
+void put_strictly(Records& records, const Doc& doc, const std::function<void()>& save) {
+    std::optional<Doc> before;
+    if (auto it = records.find(doc.id); it != records.end()) {
+        before = it->second;
+    }
+    strictly([&] { records[doc.id] = doc; },
+             [&] {
+                 if (before) {
+                     records[doc.id] = *before;
+                 } else {
+                     records.erase(doc.id);
+                 }
+             },
+             save);
+}
+
 }  // namespace
 
 std::optional<SandboxDoc> StateStore::sandbox(const std::string& id) const {
@@ -394,19 +413,7 @@ void StateStore::put(const SandboxDoc& doc) {
     std::lock_guard lock(mutex_);
     check_record(json::serialize(sandbox_to_state(doc)).size(), "sandbox");
     check_count(sandboxes_.count(doc.id) == 0);
-    std::optional<SandboxDoc> before;
-    if (auto it = sandboxes_.find(doc.id); it != sandboxes_.end()) {
-        before = it->second;
-    }
-    strictly([&] { sandboxes_[doc.id] = doc; },
-             [&] {
-                 if (before) {
-                     sandboxes_[doc.id] = *before;
-                 } else {
-                     sandboxes_.erase(doc.id);
-                 }
-             },
-             [this] { save_locked(); });
+    put_strictly(sandboxes_, doc, [this] { save_locked(); });
 }
 
 void StateStore::put_new(SandboxDoc& doc) {
@@ -424,8 +431,7 @@ void StateStore::put_new(SandboxDoc& doc) {
     check_record(json::serialize(sandbox_to_state(doc)).size(), "sandbox");
     check_count(sandboxes_.count(doc.id) == 0);
     // A client's create: strict, so a disk that cannot record it leaves nothing listed.
-    strictly([&] { sandboxes_[doc.id] = doc; }, [&] { sandboxes_.erase(doc.id); },
-             [this] { save_locked(); });
+    put_strictly(sandboxes_, doc, [this] { save_locked(); });
     last_created_us_ = stamp;
 }
 
@@ -462,19 +468,7 @@ void StateStore::put(const DiskImageDoc& doc) {
     std::lock_guard lock(mutex_);
     check_record(json::serialize(image_to_state(doc)).size(), "disk image");
     check_count(disk_images_.count(doc.id) == 0);
-    std::optional<DiskImageDoc> before;
-    if (auto it = disk_images_.find(doc.id); it != disk_images_.end()) {
-        before = it->second;
-    }
-    strictly([&] { disk_images_[doc.id] = doc; },
-             [&] {
-                 if (before) {
-                     disk_images_[doc.id] = *before;
-                 } else {
-                     disk_images_.erase(doc.id);
-                 }
-             },
-             [this] { save_locked(); });
+    put_strictly(disk_images_, doc, [this] { save_locked(); });
 }
 
 void StateStore::erase_disk_image(const std::string& id) {
