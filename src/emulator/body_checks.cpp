@@ -26,8 +26,8 @@ std::string shown(const std::string& field) {
 }
 
 [[noreturn]] void refuse(const std::string& field, std::string_view what) {
-    throw PlaneError{400, kValidation,
-                     fmt::format("'{}' {}.", shown(field.empty() ? "$" : field), what)};
+    throw Refusal{400, kValidation,
+                  fmt::format("'{}' {}.", shown(field.empty() ? "$" : field), what)};
 }
 
 const json::value* present(const json::object& o, std::string_view key) {

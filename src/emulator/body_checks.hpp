@@ -2,7 +2,7 @@
 // bodies to typed models and refuses a field of the wrong type with 400; the emulator stores what
 // it accepts and echoes it on every later GET and list, so a field it does not check (a string
 // policy, an infinite interval) would poison those answers for every client. Each check throws
-// PlaneError 400 naming the first offending field as a path ("egressPolicy.hostRules[0].pattern").
+// Refusal 400 naming the first offending field as a path ("egressPolicy.hostRules[0].pattern").
 #pragma once
 
 #include <boost/json/object.hpp>

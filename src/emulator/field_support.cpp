@@ -25,7 +25,7 @@ std::string shown(const std::string& field) {
 }
 
 [[noreturn]] void refuse(const std::string& field, std::string_view why) {
-    throw PlaneError{400, kFieldNotSupported, fmt::format("'{}' {}", shown(field), why)};
+    throw Refusal{400, kFieldNotSupported, fmt::format("'{}' {}", shown(field), why)};
 }
 
 [[noreturn]] void refuse_unknown(const std::string& field, std::string_view where) {
@@ -106,8 +106,8 @@ void refuse_unsupported_create_fields(const json::object& body) {
     // The service's precedence, as a client recorded it: a body without a source is refused for
     // that before any field of it is looked at (a flat {disk, cpu, memory} body gets this).
     if (absent(body.if_contains("sourcesRef")) && absent(body.if_contains("presetSandboxType"))) {
-        throw PlaneError{400, "One or more validation errors occurred.",
-                         "'sourcesRef' is required when not using a preset sandbox type"};
+        throw Refusal{400, "One or more validation errors occurred.",
+                      "'sourcesRef' is required when not using a preset sandbox type"};
     }
     for (const auto& [key, value] : body) {
         if (is_one_of(key, {"sourcesRef", "resources", "lifecycle", "labels", "environment",
@@ -291,15 +291,15 @@ void refuse_unsupported_disk_image_fields(const json::object& body) {
     // Never stored, so never echoed; still type-checked, as the service binds them.
     const auto must_be_string = [](const json::value* v, const std::string& field) {
         if (!absent(v) && !v->is_string()) {
-            throw PlaneError{400, "One or more validation errors occurred.",
-                             fmt::format("'{}' must be a string.", field)};
+            throw Refusal{400, "One or more validation errors occurred.",
+                          fmt::format("'{}' must be a string.", field)};
         }
     };
     must_be_string(body.if_contains("managedIdentityResourceId"), "managedIdentityResourceId");
     if (const auto* credentials = body.if_contains("registryCredentials"); !absent(credentials)) {
         if (!credentials->is_object()) {
-            throw PlaneError{400, "One or more validation errors occurred.",
-                             "'registryCredentials' must be an object {username, token}."};
+            throw Refusal{400, "One or more validation errors occurred.",
+                          "'registryCredentials' must be an object {username, token}."};
         }
         for (const char* key : {"username", "token"}) {
             must_be_string(credentials->as_object().if_contains(key),

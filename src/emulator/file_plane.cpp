@@ -16,7 +16,7 @@ namespace {
 
 void require_absolute(std::string_view path) {
     if (path.empty() || path.front() != '/' || path.find('\0') != std::string_view::npos) {
-        throw PlaneError{400, "InvalidPath", fmt::format("The path '{}' must be absolute.", path)};
+        throw Refusal{400, "InvalidPath", fmt::format("The path '{}' must be absolute.", path)};
     }
 }
 
@@ -29,7 +29,7 @@ json::object parse_payload(const std::string& payload) {
     boost::system::error_code ec;
     auto value = json::parse(payload, ec);
     if (ec || !value.is_object()) {
-        throw PlaneError{500, "FileOperationFailed", "The file operation answered garbage."};
+        throw Refusal{500, "FileOperationFailed", "The file operation answered garbage."};
     }
     return std::move(value.as_object());
 }

@@ -18,14 +18,9 @@
 #include <string>
 #include <string_view>
 
-namespace maf_sandbox::emulator {
+#include "refusal.hpp"
 
-// A refusal the routes answer as problem+json.
-struct PlaneError {
-    int status;
-    std::string title;
-    std::string detail;
-};
+namespace maf_sandbox::emulator {
 
 enum class ReadKind { regular, fifo };
 
@@ -36,18 +31,18 @@ class FilePlane {
     // Borrows `authority` (the sandbox's namespaces and root) for the object's lifetime.
     explicit FilePlane(const GuestAuthority& authority) : authority_(authority) {}
 
-    // What `path` resolves to for a read; throws PlaneError (404 missing, 400 directory).
+    // What `path` resolves to for a read; throws Refusal (404 missing, 400 directory).
     ReadKind classify_read(std::string_view path) const;
-    // The bytes of a regular file, following links. Throws PlaneError.
+    // The bytes of a regular file, following links. Throws Refusal.
     std::string read(std::string_view path, std::uint64_t max_bytes) const;
     // Writes bytes as the guest's root. `create_dirs` makes missing parents; `mode` applies to a
     // new file.
     void write(std::string_view path, std::string_view content, bool create_dirs,
                std::optional<mode_t> mode) const;
     // The raw stat payload (isDir, isSymlink, symlinkTarget, mode, size, modifiedTime, name,
-    // path). Throws PlaneError 404 when missing.
+    // path). Throws Refusal 404 when missing.
     boost::json::object stat(std::string_view path) const;
-    // {"path", "entries"} one level deep. Throws PlaneError 404 / 400 (not a directory).
+    // {"path", "entries"} one level deep. Throws Refusal 404 / 400 (not a directory).
     boost::json::object list(std::string_view path) const;
     // mkdir -p as the guest's root (new directories 0755).
     void mkdir(std::string_view path) const;

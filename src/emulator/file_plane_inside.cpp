@@ -41,45 +41,43 @@ int openat2_in_root(int root, const std::string& path, int flags, mode_t mode = 
 [[noreturn]] void fail_errno(int error, std::string_view path, std::string_view doing) {
     switch (error) {
         case ENOENT:
-            throw PlaneError{404, "FileNotFound",
-                             fmt::format("The path '{}' does not exist.", path)};
+            throw Refusal{404, "FileNotFound", fmt::format("The path '{}' does not exist.", path)};
         case ENOTDIR:
-            throw PlaneError{400, "NotADirectory",
-                             fmt::format("A component of '{}' is not a directory.", path)};
+            throw Refusal{400, "NotADirectory",
+                          fmt::format("A component of '{}' is not a directory.", path)};
         case EISDIR:
-            throw PlaneError{400, "PathIsDirectory", fmt::format("'{}' is a directory.", path)};
+            throw Refusal{400, "PathIsDirectory", fmt::format("'{}' is a directory.", path)};
         case ENOTEMPTY:
         case EEXIST:
-            throw PlaneError{409, "DirectoryNotEmpty",
-                             fmt::format("'{}' is not empty; pass recursive=true.", path)};
+            throw Refusal{409, "DirectoryNotEmpty",
+                          fmt::format("'{}' is not empty; pass recursive=true.", path)};
         case ELOOP:
             // RESOLVE_NO_MAGICLINKS refuses /proc/<pid>/root and the like; or a link loop.
-            throw PlaneError{400, "InvalidPath",
-                             fmt::format("'{}' goes through a symbolic link loop or a /proc magic "
-                                         "link, which the file API does not follow.",
-                                         path)};
+            throw Refusal{400, "InvalidPath",
+                          fmt::format("'{}' goes through a symbolic link loop or a /proc magic "
+                                      "link, which the file API does not follow.",
+                                      path)};
         case ENAMETOOLONG:
-            throw PlaneError{400, "InvalidPath", fmt::format("The path '{}' is too long.", path)};
+            throw Refusal{400, "InvalidPath", fmt::format("The path '{}' is too long.", path)};
         case EXDEV:
-            throw PlaneError{400, "InvalidPath",
-                             fmt::format("The path '{}' leaves the sandbox's file system.", path)};
+            throw Refusal{400, "InvalidPath",
+                          fmt::format("The path '{}' leaves the sandbox's file system.", path)};
         case EACCES:
         case EPERM:
             // The guest's own permissions (this runs as its root): e.g. /proc/1/root of its
             // PID 1, which is not dumpable. 400, not 403: ACAS clients read a 403 as a role
             // assignment still propagating and retry it for minutes.
-            throw PlaneError{400, "PermissionDenied",
-                             fmt::format("Permission denied while {} '{}'.", doing, path)};
+            throw Refusal{400, "PermissionDenied",
+                          fmt::format("Permission denied while {} '{}'.", doing, path)};
         case ENOSPC:
         case EDQUOT:
-            throw PlaneError{507, "InsufficientStorage",
-                             fmt::format("No space left while {} '{}'.", doing, path)};
+            throw Refusal{507, "InsufficientStorage",
+                          fmt::format("No space left while {} '{}'.", doing, path)};
         default:
             // strerrordesc_np: no locale lookup (this runs in a child sharing a process of many
             // threads).
-            throw PlaneError{
-                500, "FileOperationFailed",
-                fmt::format("{} '{}' failed: {}", doing, path, ::strerrordesc_np(error))};
+            throw Refusal{500, "FileOperationFailed",
+                          fmt::format("{} '{}' failed: {}", doing, path, ::strerrordesc_np(error))};
     }
 }
 
@@ -133,11 +131,11 @@ std::optional<std::uint64_t> dev_mount() {
 }
 
 [[noreturn]] void not_allowed(std::string_view path) {
-    throw PlaneError{400, "PathNotAllowed",
-                     fmt::format("'{}' is (or goes through) the sandbox's /proc, /sys or /dev, or "
-                                 "is a device, which the file API does not reach; use "
-                                 "executeShellCommand for those.",
-                                 path)};
+    throw Refusal{400, "PathNotAllowed",
+                  fmt::format("'{}' is (or goes through) the sandbox's /proc, /sys or /dev, or "
+                              "is a device, which the file API does not reach; use "
+                              "executeShellCommand for those.",
+                              path)};
 }
 
 // Refuses `fd` (already opened: this checks what was really reached, not a name) when it is on
@@ -157,7 +155,7 @@ void require_guest_file(int fd, std::string_view path) {
     }
 }
 
-// openat2 from the root, then require_guest_file; fails with the errno's PlaneError.
+// openat2 from the root, then require_guest_file; fails with the errno's Refusal.
 UniqueFd open_checked(int root, const std::string& path, int flags, std::string_view doing) {
     UniqueFd fd(openat2_in_root(root, path, flags));
     if (!fd) {
@@ -415,7 +413,7 @@ ReadKind classify_read(const std::string& path) {
         return ReadKind::fifo;
     }
     if (!S_ISREG(st.st_mode)) {
-        throw PlaneError{400, "NotARegularFile", fmt::format("'{}' is not a regular file.", path)};
+        throw Refusal{400, "NotARegularFile", fmt::format("'{}' is not a regular file.", path)};
     }
     return ReadKind::regular;
 }
@@ -435,11 +433,11 @@ void read(const std::string& path, std::uint64_t max_bytes, ReplyChannel& out) {
         fail_errno(EISDIR, path, "reading");
     }
     if (!S_ISREG(st.st_mode)) {
-        throw PlaneError{400, "NotARegularFile", fmt::format("'{}' is not a regular file.", path)};
+        throw Refusal{400, "NotARegularFile", fmt::format("'{}' is not a regular file.", path)};
     }
     if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
-        throw PlaneError{413, "FileTooLarge",
-                         fmt::format("'{}' is larger than {} bytes.", path, max_bytes)};
+        throw Refusal{413, "FileTooLarge",
+                      fmt::format("'{}' is larger than {} bytes.", path, max_bytes)};
     }
     std::vector<char> buffer(1 << 16);
     std::uint64_t sent = 0;
@@ -456,8 +454,8 @@ void read(const std::string& path, std::uint64_t max_bytes, ReplyChannel& out) {
         }
         sent += static_cast<std::uint64_t>(n);
         if (sent > max_bytes) {
-            throw PlaneError{413, "FileTooLarge",
-                             fmt::format("'{}' is larger than {} bytes.", path, max_bytes)};
+            throw Refusal{413, "FileTooLarge",
+                          fmt::format("'{}' is larger than {} bytes.", path, max_bytes)};
         }
         out.data(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
     }
@@ -515,10 +513,10 @@ void write(const std::string& path, std::string_view content, bool create_dirs,
     UniqueFd dir(openat2_in_root(root.get(), parent, O_PATH | O_DIRECTORY));
     if (!dir) {
         if (errno == ENOENT) {
-            throw PlaneError{404, "DirectoryNotFound",
-                             fmt::format("The parent directory of '{}' does not exist; pass "
-                                         "createDirs=true.",
-                                         path)};
+            throw Refusal{404, "DirectoryNotFound",
+                          fmt::format("The parent directory of '{}' does not exist; pass "
+                                      "createDirs=true.",
+                                      path)};
         }
         fail_errno(errno, path, "writing");
     }
@@ -612,7 +610,7 @@ std::string list(const std::string& path) {
 void remove(const std::string& path, bool recursive) {
     const auto [parent, name] = split(path);
     if (name.empty()) {
-        throw PlaneError{400, "InvalidPath", "The root directory cannot be deleted."};
+        throw Refusal{400, "InvalidPath", "The root directory cannot be deleted."};
     }
     const auto root = open_root();
     // O_RDONLY (not O_PATH): remove_tree opens children relative to it.

@@ -114,7 +114,7 @@ struct ChildTask {
     pid_t parent;
     GuestReply reply;
     std::uint64_t max_data;
-    std::optional<PlaneError> error;
+    std::optional<Refusal> error;
     bool answered = false;
 };
 
@@ -125,17 +125,17 @@ int child_main(void* argument) {
         ReplyChannel channel(task.reply, task.max_data);
         task.operation(channel);
         task.answered = true;
-    } catch (const PlaneError& e) {
+    } catch (const Refusal& e) {
         task.error = e;
     } catch (const EnterFailure& e) {
         // strerrordesc_np: no locale lookup, no lock another thread may hold.
-        task.error = PlaneError{
+        task.error = Refusal{
             500, "FileOperationFailed",
             fmt::format("The file operation could not enter the sandbox ({}: {}); check that the "
                         "sandbox is still running.",
                         e.step, ::strerrordesc_np(e.error))};
     } catch (const std::exception& e) {
-        task.error = PlaneError{500, "FileOperationFailed", e.what()};
+        task.error = Refusal{500, "FileOperationFailed", e.what()};
     }
     ::_exit(0);
 }
@@ -165,8 +165,8 @@ class ChildStack {
 
 void ReplyChannel::data(std::string_view bytes) {
     if (reply_.data.size() + bytes.size() > max_data_) {
-        throw PlaneError{413, "FileTooLarge",
-                         fmt::format("The file is larger than {} bytes.", max_data_)};
+        throw Refusal{413, "FileTooLarge",
+                      fmt::format("The file is larger than {} bytes.", max_data_)};
     }
     reply_.data.append(bytes);
 }
@@ -180,16 +180,16 @@ GuestReply run_with_guest_authority(const GuestAuthority& authority,
                                     std::uint64_t max_data) {
     ChildStack stack;
     if (!stack.valid()) {
-        throw PlaneError{503, "ServiceUnavailable",
-                         "The host is out of memory for a file operation; retry later."};
+        throw Refusal{503, "ServiceUnavailable",
+                      "The host is out of memory for a file operation; retry later."};
     }
     ChildTask task{authority, operation, ::getpid(), {}, max_data, std::nullopt, false};
     // Returns once the child has exited (CLONE_VFORK: it never execs).
     const pid_t pid = ::clone(child_main, stack.top(), CLONE_VM | CLONE_VFORK | SIGCHLD, &task);
     if (pid < 0) {
-        throw PlaneError{503, "ServiceUnavailable",
-                         fmt::format("Starting the file operation failed: {}; retry later.",
-                                     std::strerror(errno))};
+        throw Refusal{503, "ServiceUnavailable",
+                      fmt::format("Starting the file operation failed: {}; retry later.",
+                                  std::strerror(errno))};
     }
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -198,10 +198,10 @@ GuestReply run_with_guest_authority(const GuestAuthority& authority,
         throw *task.error;
     }
     if (!task.answered) {
-        throw PlaneError{500, "FileOperationFailed",
-                         fmt::format("The file operation ended without an answer (status {}); "
-                                     "retry, and report it if it persists.",
-                                     status)};
+        throw Refusal{500, "FileOperationFailed",
+                      fmt::format("The file operation ended without an answer (status {}); "
+                                  "retry, and report it if it persists.",
+                                  status)};
     }
     return std::move(task.reply);
 }

@@ -40,7 +40,7 @@ struct GuestReply {
 };
 
 // What an operation inside the child uses to answer: zero or more data chunks, then the final
-// payload. Writes into the caller's GuestReply (shared memory); throws PlaneError 413 when the
+// payload. Writes into the caller's GuestReply (shared memory); throws Refusal 413 when the
 // data would pass the caller's cap.
 class ReplyChannel {
   public:
@@ -56,7 +56,7 @@ class ReplyChannel {
 };
 
 // Clones a child that enters `authority` (see the file comment) and runs `operation` there, with
-// `/` being the guest's root. Returns what the operation sent. Throws PlaneError: the operation's
+// `/` being the guest's root. Returns what the operation sent. Throws Refusal: the operation's
 // own, 413 when the data passes `max_data` bytes, 500 when the child could not enter the sandbox
 // or ended without an answer. There is no deadline: nothing in the child waits for the guest
 // (every open is non-blocking, FIFOs are refused or answer at once, and the child is outside the

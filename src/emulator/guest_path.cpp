@@ -9,13 +9,13 @@ namespace maf_sandbox::emulator {
 
 std::string resolve_guest_path(std::string_view path, std::string_view working_directory) {
     if (path.empty()) {
-        throw PlaneError{400, "One or more validation errors occurred.",
-                         "The 'path' query parameter is required."};
+        throw Refusal{400, "One or more validation errors occurred.",
+                      "The 'path' query parameter is required."};
     }
     if (path.find('\0') != std::string_view::npos) {
-        throw PlaneError{400, "InvalidPath",
-                         fmt::format("The path '{}' holds a NUL byte.",
-                                     replace_invalid_utf8(std::string(path.substr(0, 200))))};
+        throw Refusal{400, "InvalidPath",
+                      fmt::format("The path '{}' holds a NUL byte.",
+                                  replace_invalid_utf8(std::string(path.substr(0, 200))))};
     }
     if (path.front() == '/') {
         return std::string(path);

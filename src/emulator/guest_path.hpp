@@ -15,7 +15,7 @@ namespace maf_sandbox::emulator {
 // resolved against (docs/emulator.md). "/" always exists in every image.
 inline constexpr const char* kGuestWorkingDirectory = "/";
 
-// `path` when it is absolute; otherwise `working_directory` joined with it. Throws PlaneError
+// `path` when it is absolute; otherwise `working_directory` joined with it. Throws Refusal
 // 400 for an empty path or one holding NUL (no file has such a name).
 std::string resolve_guest_path(std::string_view path,
                                std::string_view working_directory = kGuestWorkingDirectory);

@@ -66,7 +66,7 @@ json::object sandbox_to_state(const SandboxDoc& d) {
     return json::object{{"id", d.id},
                         {"group", d.group},
                         {"labels", labels_json(d.labels)},
-                        {"state", d.state},
+                        {"state", wire_name(d.state)},
                         {"stoppedReason", d.stopped_reason},
                         {"stoppedAt", d.stopped_at},
                         {"createdAt", d.created_at},
@@ -87,7 +87,8 @@ SandboxDoc sandbox_from_state(const json::object& o) {
     d.id = str(o, "id");
     d.group = str(o, "group");
     d.labels = labels_of(obj(o, "labels"));
-    d.state = str(o, "state");
+    // A spelling no emulator wrote (a hand-edited file) reads as a sandbox that failed.
+    d.state = sandbox_state_from_wire(str(o, "state")).value_or(SandboxState::failed);
     d.stopped_reason = str(o, "stoppedReason");
     d.stopped_at = str(o, "stoppedAt");
     d.created_at = str(o, "createdAt");
@@ -183,7 +184,7 @@ json::object SandboxDoc::to_wire(const std::string& region) const {
                      {"sourcesRef", sources_ref},
                      {"resources", resources},
                      {"createdAt", created_at},
-                     {"state", state},
+                     {"state", wire_name(state)},
                      {"ports", json::array{}},
                      {"egressPolicy", egress_policy},
                      {"lifecycle", lifecycle},

@@ -13,17 +13,9 @@
 #include <string>
 #include <vector>
 
-namespace maf_sandbox::emulator {
+#include "sandbox_state.hpp"
 
-// Sandbox states as the service spells them.
-namespace states {
-inline constexpr const char* kCreating = "Creating";
-inline constexpr const char* kRunning = "Running";
-inline constexpr const char* kStopped = "Stopped";
-inline constexpr const char* kSuspended = "Suspended";
-inline constexpr const char* kDeleting = "Deleting";
-inline constexpr const char* kFailed = "Failed";
-}  // namespace states
+namespace maf_sandbox::emulator {
 
 // A group is the path "/subscriptions/{sub}/resourceGroups/{rg}/sandboxGroups/{group}" with
 // every segment lower-cased (Azure resource paths compare case-insensitively). Sandboxes and
@@ -35,7 +27,7 @@ struct SandboxDoc {
     std::string id;
     std::string group;
     std::map<std::string, std::string> labels;
-    std::string state = states::kCreating;
+    SandboxState state = SandboxState::creating;
     std::string stopped_reason;  // Idle, UserStopped ("" when never stopped)
     std::string stopped_at;      // ISO 8601
     std::string created_at;

@@ -1,0 +1,120 @@
+// SandboxService: disk images (imported in the background from the registry stand-in) and the
+// public catalogue of local images a sandbox may name.
+#include <fmt/format.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+
+#include "offload.hpp"
+#include "refusal.hpp"
+#include "sandbox_service.hpp"
+
+namespace maf_sandbox::emulator {
+namespace asio = boost::asio;
+
+std::vector<DiskImageDoc> SandboxService::disk_images(const std::string& group) const {
+    std::vector<DiskImageDoc> out;
+    for (auto& image : store_.disk_images()) {
+        if (in_group(image.group, group)) {
+            out.push_back(std::move(image));
+        }
+    }
+    return out;
+}
+
+DiskImageDoc SandboxService::disk_image(const std::string& group, const std::string& id) const {
+    auto image = store_.disk_image(id);
+    if (!image || !in_group(image->group, group)) {
+        throw Refusal{404, "DiskImageNotFound", fmt::format("Disk image '{}' was not found.", id)};
+    }
+    return *image;
+}
+
+void SandboxService::delete_disk_image(const std::string& group, const std::string& id) {
+    const auto image = disk_image(group, id);
+    store_.erase_disk_image(id);
+    if (!image.local_image.empty()) {
+        auto self = shared_from_this();
+        const auto local = image.local_image;
+        asio::post(pool_, [self, local]() { self->engine_->remove_image(local); });
+    }
+}
+
+std::vector<PublicImage> SandboxService::public_images() const {
+    std::vector<PublicImage> out;
+    for (const auto& [name, image] : catalogue_) {
+        out.push_back(PublicImage{name, image});
+    }
+    return out;
+}
+
+PublicImage SandboxService::public_image(const std::string& name) const {
+    auto it = catalogue_.find(name);
+    if (it == catalogue_.end()) {
+        throw Refusal{404, "DiskImageNotFound",
+                      fmt::format("Public disk image '{}' was not found.", name)};
+    }
+    return PublicImage{it->first, it->second};
+}
+
+DiskImageDoc SandboxService::create_disk_image(const NewDiskImage& request) {
+    DiskImageDoc doc;
+    doc.id = new_guid();
+    doc.group = request.group;
+    doc.base = request.base;
+    doc.labels = request.labels;
+    doc.name = request.name;
+    doc.created_at = iso_time(unix_now());
+    doc.state = "Pending";
+    store_.put(doc);
+    auto self = shared_from_this();
+    asio::co_spawn(
+        executor_, [self, doc]() -> Task<void> { co_await self->import_disk_image(doc); },
+        asio::detached);
+    return doc;
+}
+
+Task<void> SandboxService::import_disk_image(DiskImageDoc doc) {
+    DiskImageDoc done = doc;
+    const auto archive = registry_.find(doc.base);
+    if (!archive) {
+        done.state = "Failed";
+        done.message = fmt::format(
+            "failed to pull '{}': manifest unknown. The emulator's local registry has no such "
+            "reference; run `acas-emulator images add ARCHIVE --ref {}`",
+            doc.base, doc.base);
+    } else {
+        std::string hex;
+        for (char c : doc.id) {
+            if (c != '-') {
+                hex.push_back(c);
+            }
+        }
+        const auto local = fmt::format("acas-img-{}:latest", hex);
+        try {
+            auto self = shared_from_this();
+            auto job = [self, archive, local]() { self->engine_->import_image(*archive, local); };
+            co_await offload(pool_, job);
+            done.state = "Ready";
+            done.local_image = local;
+        } catch (const std::exception& e) {
+            // The reason names host paths: logged, and the status says where it is.
+            logger_->error("disk image {}: importing '{}' failed: {}", doc.id, doc.base, e.what());
+            done.state = "Failed";
+            done.message =
+                fmt::format("failed to import '{}'; the emulator's log has the reason", doc.base);
+        }
+    }
+    try {
+        if (store_.disk_image(doc.id)) {
+            store_.put(done);
+        }
+    } catch (const std::exception& e) {
+        logger_->error("disk image {}: recording it as {} failed: {}", doc.id, done.state,
+                       e.what());
+    }
+    logger_->info("disk image {} ({}) is {}", doc.id, doc.base, done.state);
+}
+
+}  // namespace maf_sandbox::emulator
