@@ -7,14 +7,12 @@
 #include <cmath>
 #include <string_view>
 
-#include "file_plane.hpp"
 #include "maf_sandbox/core/utf8.hpp"
+#include "refusal.hpp"
 
 namespace maf_sandbox::emulator {
 namespace json = boost::json;
 namespace {
-
-constexpr const char* kValidation = "One or more validation errors occurred.";
 
 std::string join(const std::string& field, std::string_view key) {
     return field.empty() ? std::string(key) : fmt::format("{}.{}", field, key);
@@ -26,7 +24,7 @@ std::string shown(const std::string& field) {
 }
 
 [[noreturn]] void refuse(const std::string& field, std::string_view what) {
-    throw Refusal{400, kValidation,
+    throw Refusal{400, kValidationFailed,
                   fmt::format("'{}' {}.", shown(field.empty() ? "$" : field), what)};
 }
 

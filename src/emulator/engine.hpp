@@ -1,4 +1,4 @@
-// Internal: what the emulator needs from something that runs sandboxes. The routes only see this
+// Internal: what the emulator needs from something that runs sandboxes. The service only sees this
 // interface; runtime_engine.cpp implements it over the local runtime (src/runtime).
 #pragma once
 

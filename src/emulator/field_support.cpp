@@ -6,8 +6,8 @@
 #include <boost/json/array.hpp>
 #include <cctype>
 
-#include "file_plane.hpp"
 #include "maf_sandbox/core/utf8.hpp"
+#include "refusal.hpp"
 
 namespace maf_sandbox::emulator {
 namespace json = boost::json;
@@ -106,7 +106,7 @@ void refuse_unsupported_create_fields(const json::object& body) {
     // The service's precedence, as a client recorded it: a body without a source is refused for
     // that before any field of it is looked at (a flat {disk, cpu, memory} body gets this).
     if (absent(body.if_contains("sourcesRef")) && absent(body.if_contains("presetSandboxType"))) {
-        throw Refusal{400, "One or more validation errors occurred.",
+        throw Refusal{400, kValidationFailed,
                       "'sourcesRef' is required when not using a preset sandbox type"};
     }
     for (const auto& [key, value] : body) {
@@ -291,14 +291,13 @@ void refuse_unsupported_disk_image_fields(const json::object& body) {
     // Never stored, so never echoed; still type-checked, as the service binds them.
     const auto must_be_string = [](const json::value* v, const std::string& field) {
         if (!absent(v) && !v->is_string()) {
-            throw Refusal{400, "One or more validation errors occurred.",
-                          fmt::format("'{}' must be a string.", field)};
+            throw Refusal{400, kValidationFailed, fmt::format("'{}' must be a string.", field)};
         }
     };
     must_be_string(body.if_contains("managedIdentityResourceId"), "managedIdentityResourceId");
     if (const auto* credentials = body.if_contains("registryCredentials"); !absent(credentials)) {
         if (!credentials->is_object()) {
-            throw Refusal{400, "One or more validation errors occurred.",
+            throw Refusal{400, kValidationFailed,
                           "'registryCredentials' must be an object {username, token}."};
         }
         for (const char* key : {"username", "token"}) {

@@ -1,3 +1,5 @@
+// One concern: the file plane's operations as they run inside the guest-authority child (the
+// header says how they resolve and what they refuse).
 #include "file_plane_inside.hpp"
 
 #include <dirent.h>

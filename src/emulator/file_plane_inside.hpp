@@ -4,7 +4,7 @@
 // Each one resolves with openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS) from the root and acts on
 // descriptors; metadata changes only through descriptors (fchmod on an fd, never by name), and
 // every descriptor is checked before it is used: the sandbox's /proc, /sys and /dev (and any
-// device node or kernel file system) are refused with Refusal 403 PathNotAllowed.
+// device node or kernel file system) are refused (a PathNotAllowed Refusal).
 #pragma once
 
 #include <sys/types.h>

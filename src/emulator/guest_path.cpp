@@ -2,15 +2,14 @@
 
 #include <fmt/format.h>
 
-#include "file_plane.hpp"
 #include "maf_sandbox/core/utf8.hpp"
+#include "refusal.hpp"
 
 namespace maf_sandbox::emulator {
 
 std::string resolve_guest_path(std::string_view path, std::string_view working_directory) {
     if (path.empty()) {
-        throw Refusal{400, "One or more validation errors occurred.",
-                      "The 'path' query parameter is required."};
+        throw Refusal{400, kValidationFailed, "The 'path' query parameter is required."};
     }
     if (path.find('\0') != std::string_view::npos) {
         throw Refusal{400, "InvalidPath",

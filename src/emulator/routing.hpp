@@ -1,6 +1,6 @@
 // The emulator's request routing as a pure function: an HTTP method and an origin-form target map
 // to the endpoint that serves them, with no state, no I/O and no Beast. It is the emulator's one
-// router (Impl::dispatch in emulator.cpp acts on its answer), so a fuzz target and unit tests
+// router (router.cpp acts on its answer), so a fuzz target and unit tests
 // exercise exactly what the emulator serves; route names come from one fixed table, never from
 // request text, so logs and the /metrics label set stay bounded whatever a client sends.
 #pragma once
