@@ -68,7 +68,8 @@ class SandboxServiceTest : public ::testing::Test {
         dir_ = pattern;
         ServiceOptions options;
         options.state_dir = dir_;
-        options.deleting_retention = 200ms;
+        // Long enough that a loaded machine still sees Deleting right after the delete.
+        options.deleting_retention = 1500ms;
         options.worker_threads = 4;
         auto logger = std::make_shared<spdlog::logger>(
             "service-test", std::make_shared<spdlog::sinks::null_sink_mt>());
