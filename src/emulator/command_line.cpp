@@ -36,7 +36,7 @@ constexpr const char* kUsage = R"(usage:
   acas-emulator images add ARCHIVE --ref REGISTRY/REPO:TAG --state-dir DIR
 
 --listen on an address other than loopback (127.0.0.0/8, ::1, localhost) needs both
---token and --allow-remote: whoever reaches the emulator runs code as its sandboxes.
+--token and --allow-remote: whoever reaches the emulator runs code in its sandboxes.
 --state-dir must be owned by the emulator's user and writable by nobody else.
 --deleting-ms: how long a deleted sandbox stays listed as Deleting before GET answers 404
 (default 2000).

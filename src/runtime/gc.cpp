@@ -13,14 +13,13 @@
 #include "maf_sandbox/runtime/cgroup.hpp"
 #include "maf_sandbox/runtime/id_claims.hpp"
 #include "maf_sandbox/runtime/owner.hpp"
+#include "maf_sandbox/runtime/recorded_handle.hpp"
 
 namespace maf_sandbox::runtime {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr std::string_view kCgroupPrefix = "/sys/fs/cgroup/";
 
 bool older_than(const fs::path& path, std::chrono::seconds age) {
     struct stat st {};
@@ -80,10 +79,11 @@ void remove_recorded_cgroups(const SandboxRecord& record) {
         if (!item.is_string()) {
             continue;
         }
-        const auto path = fs::path(std::string(item.get_string())).lexically_normal().string();
-        // Only cgroups: a damaged record must never make gc rmdir anything else.
-        if (path.starts_with(kCgroupPrefix) && path.find("/../") == std::string::npos) {
-            dirs.push_back(path);
+        const fs::path path(std::string(item.get_string()));
+        // Only this sandbox's own cgroups: a damaged or forged record must never make gc rmdir
+        // anything else.
+        if (is_sandbox_cgroup(path, record.id)) {
+            dirs.push_back(path.string());
         }
     }
     // Children before parents.
