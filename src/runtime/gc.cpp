@@ -63,7 +63,11 @@ void destroy_cgroups_named_for(const std::string& id) {
 }  // namespace
 
 void release_recorded_ids(const SandboxRecord& record) {
-    if (record.host_ids && !record.host_ids->claims_dir.empty()) {
+    // The table a record names is not made if missing: a record must not make root create a
+    // directory wherever it says (and there is nothing to release in a table that is not there).
+    std::error_code ec;
+    if (record.host_ids && !record.host_ids->claims_dir.empty() &&
+        fs::is_directory(record.host_ids->claims_dir, ec)) {
         IdClaims(record.host_ids->claims_dir).release(record.host_ids->base, record.id);
     }
 }

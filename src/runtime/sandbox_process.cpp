@@ -557,7 +557,9 @@ void destroy_sandbox(const SandboxHandle& handle) {
         detail::remove_host_tree(handle.sandbox_dir, true);
     }
     // Last: nothing of the sandbox runs any more, so its host ids can go to the next one.
-    if (!handle.id_claims_dir.empty() && !handle.sandbox_id.empty()) {
+    std::error_code ec;
+    if (!handle.id_claims_dir.empty() && !handle.sandbox_id.empty() &&
+        fs::is_directory(handle.id_claims_dir, ec)) {  // a recorded path is never made
         IdClaims(handle.id_claims_dir).release(handle.ids.host_base, handle.sandbox_id);
     }
 }
