@@ -1,4 +1,4 @@
-// A state directory is trusted, its records are not (issue 17, outside attack report break 2).
+// A state directory is trusted, its records are not.
 // Another host user who owns or can write the local runtime's state directory could forge a
 // record naming any pid, cgroup and directory, which root's purge and gc then acted on. Now such
 // a directory is refused before any record in it is read; and a record in a directory that is

@@ -1,10 +1,10 @@
-// The emulator's state directory is trusted, its records are not (issue 17, outside attack
-// report breaks 1 and 7). A state directory another user owns or can write, or a planted `tls`
-// link, is refused before anything in it is read or written; a record in a directory that is ours
-// still names only the sandbox's own directory, socket, cgroups and PID 1 before the emulator
-// kills or removes anything; and a listener off loopback needs both a token and --allow-remote.
-// Victims are the test's own: a process in a cgroup it made, an empty cgroup it made, and a
-// root-owned 0700 directory. Each case first shows the benign state working.
+// The emulator's state directory is trusted, its records are not. A state directory another user
+// owns or can write, or a planted `tls` link, is refused before anything in it is read or written;
+// a record in a directory that is ours still names only the sandbox's own directory, socket,
+// cgroups and PID 1 before the emulator kills or removes anything; and a listener off loopback
+// needs both a token and --allow-remote. Victims are the test's own: a process in a cgroup it made,
+// an empty cgroup it made, and a root-owned 0700 directory. Each case first shows the benign state
+// working.
 #include <sys/stat.h>
 #include <unistd.h>
 
