@@ -7,6 +7,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cstdio>
@@ -15,7 +16,9 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/emulator/emulator.hpp"
+#include "maf_sandbox/runtime/state_dir.hpp"
 #include "registry_standin.hpp"
+#include "state_store.hpp"
 
 namespace maf_sandbox::emulator {
 namespace {
@@ -23,6 +26,7 @@ namespace {
 constexpr const char* kUsage = R"(usage:
   acas-emulator serve --listen 127.0.0.1:PORT --state-dir DIR
                       [--tls-cert FILE --tls-key FILE | --self-signed] [--token TOKEN]
+                      [--allow-remote]
                       [--public-metrics]
                       [--alias NAME=IMAGE]... [--page-size N] [--deleting-ms N]
                       [--fault-429-rate P] [--fault-retry-after-ms N] [--fault-403-first N]
@@ -31,6 +35,9 @@ constexpr const char* kUsage = R"(usage:
                       [--fault-only "METHOD /path/{id}/..."]
   acas-emulator images add ARCHIVE --ref REGISTRY/REPO:TAG --state-dir DIR
 
+--listen on an address other than loopback (127.0.0.0/8, ::1, localhost) needs both
+--token and --allow-remote: whoever reaches the emulator runs code in its sandboxes.
+--state-dir must be owned by the emulator's user and writable by nobody else.
 --deleting-ms: how long a deleted sandbox stays listed as Deleting before GET answers 404
 (default 2000).
 The first line on stdout is `listening on https://HOST:PORT`; logs go to stderr.
@@ -66,6 +73,42 @@ std::uint64_t parse_count(const std::string& flag, const std::string& text) {
     usage_error(fmt::format("{} takes a non-negative integer, not '{}'", flag, text));
 }
 
+// Loopback: an address in 127.0.0.0/8 or ::1, or the name localhost.
+bool is_loopback_host(const std::string& host) {
+    std::string bare = host;
+    if (bare.size() >= 2 && bare.front() == '[' && bare.back() == ']') {
+        bare = bare.substr(1, bare.size() - 2);
+    }
+    if (bare == "localhost") {
+        return true;
+    }
+    boost::system::error_code ec;
+    const auto address = boost::asio::ip::make_address(bare, ec);
+    return !ec && address.is_loopback();
+}
+
+// The emulator runs a client's commands as root-launched sandboxes: reachable from other hosts
+// only when the operator says so twice, by a token and by --allow-remote.
+void check_remote_listen(const std::string& host, const std::optional<std::string>& token,
+                         bool allow_remote) {
+    if (is_loopback_host(host)) {
+        return;
+    }
+    if (!token || token->empty()) {
+        usage_error(fmt::format(
+            "--listen {}: not a loopback address, and without --token every client is let in; "
+            "listen on 127.0.0.1, or give --token TOKEN and --allow-remote",
+            host));
+    }
+    if (!allow_remote) {
+        usage_error(fmt::format(
+            "--listen {}: not a loopback address, and whoever reaches it runs code in the "
+            "emulator's sandboxes; listen on 127.0.0.1, or add --allow-remote (every request "
+            "then still needs the token)",
+            host));
+    }
+}
+
 class Args {
   public:
     Args(int argc, char** argv, int start) {
@@ -91,6 +134,7 @@ int serve(Args args) {
     EmulatorOptions options;
     bool self_signed = false;
     bool listen_given = false;
+    bool allow_remote = false;
     while (!args.done()) {
         const auto flag = args.next();
         if (flag == "--listen") {
@@ -118,6 +162,8 @@ int serve(Args args) {
             options.plain_http = true;
         } else if (flag == "--token") {
             options.token = args.value(flag);
+        } else if (flag == "--allow-remote") {
+            allow_remote = true;
         } else if (flag == "--public-metrics") {
             options.public_metrics = true;
         } else if (flag == "--alias") {
@@ -172,7 +218,8 @@ int serve(Args args) {
     if (self_signed && options.tls_cert) {
         usage_error("--self-signed and --tls-cert are exclusive");
     }
-    std::filesystem::create_directories(options.state_dir);
+    check_remote_listen(options.host, options.token, allow_remote);
+    (void)runtime::open_trusted_state_dir(options.state_dir, 0711, kEmulatorStateAdvice);
 
     auto logger = std::make_shared<spdlog::logger>(
         "acas-emulator", std::make_shared<spdlog::sinks::stderr_sink_mt>());
@@ -229,6 +276,7 @@ int images(Args args) {
     if (!archive || !ref || !state_dir) {
         usage_error("images add needs ARCHIVE, --ref REGISTRY/REPO:TAG and --state-dir DIR");
     }
+    (void)runtime::open_trusted_state_dir(*state_dir, 0711, kEmulatorStateAdvice);
     RegistryStandIn registry(*state_dir);
     registry.add(*archive, *ref);
     std::cerr << fmt::format("{} can now be imported with PUT .../diskimages (image.base)\n", *ref);

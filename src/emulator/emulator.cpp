@@ -14,10 +14,12 @@
 #include "http_face.hpp"
 #include "maf_sandbox/net/http_server.hpp"
 #include "maf_sandbox/net/tls.hpp"
+#include "maf_sandbox/runtime/state_dir.hpp"
 #include "request_metrics.hpp"
 #include "router.hpp"
 #include "sandbox_service.hpp"
 #include "wire_format.hpp"
+#include "state_store.hpp"
 
 namespace maf_sandbox::emulator {
 using net::HttpRequest;
@@ -74,13 +76,14 @@ struct Emulator::Impl {
         }
         // Kept across restarts, so clients that trust ca.pem keep working.
         const auto tls_dir = options.state_dir / "tls";
+        // Refused when another user controls it (a planted link would take the key).
+        (void)runtime::open_trusted_state_dir(tls_dir, 0700, kEmulatorStateAdvice);
         const auto cert = tls_dir / "server.pem";
         const auto key = tls_dir / "server-key.pem";
         if (std::filesystem::exists(cert) && std::filesystem::exists(key) &&
             std::filesystem::exists(options.state_dir / "ca.pem")) {
             server_options.tls = net::load_pem_files(cert, key);
         } else {
-            std::filesystem::create_directories(tls_dir);
             auto authority = net::generate_self_signed({"localhost"}, {"127.0.0.1"});
             net::write_file_atomically(key, authority.server.private_key_pem, 0600);
             net::write_file_atomically(cert, authority.server.certificate_chain_pem, 0644);

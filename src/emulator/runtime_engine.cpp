@@ -11,7 +11,10 @@
 #include "maf_sandbox/core/types.hpp"
 #include "maf_sandbox/runtime/cgroup.hpp"
 #include "maf_sandbox/runtime/images.hpp"
+#include "maf_sandbox/runtime/recorded_handle.hpp"
 #include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "maf_sandbox/runtime/state_dir.hpp"
+#include "state_store.hpp"
 
 namespace maf_sandbox::emulator {
 namespace json = boost::json;
@@ -55,7 +58,7 @@ runtime::SandboxHandle handle_of(const json::object& handle) {
 class RuntimeEngine final : public SandboxEngine {
   public:
     explicit RuntimeEngine(std::filesystem::path dir) : dir_(std::move(dir)), images_(dir_) {
-        std::filesystem::create_directories(dir_ / "sandboxes");
+        (void)runtime::open_trusted_state_dir(dir_ / "sandboxes", 0711, kEmulatorStateAdvice);
     }
 
     Isolation isolation() const override { return Isolation::container; }
@@ -144,18 +147,16 @@ class RuntimeEngine final : public SandboxEngine {
 
     bool alive(const json::object& handle) const override {
         try {
-            return runtime::sandbox_alive(handle_of(handle));
+            return runtime::sandbox_alive(own(handle));
         } catch (const Error&) {
             return false;
         }
     }
 
-    void destroy(const json::object& handle) override {
-        runtime::destroy_sandbox(handle_of(handle));
-    }
+    void destroy(const json::object& handle) override { runtime::destroy_sandbox(own(handle)); }
 
     void freeze(const json::object& handle, bool frozen) override {
-        const auto h = handle_of(handle);
+        const auto h = own(handle);
         runtime::SandboxCgroup::attach(h.cgroup_layout, h.cgroups)->freeze(frozen);
     }
 
@@ -168,7 +169,7 @@ class RuntimeEngine final : public SandboxEngine {
         call.max_output_bytes = max_output_bytes;
         call.wait_for_output_eof = true;
         call.kill_past_output_cap = true;
-        const auto reply = runtime::exec_in_sandbox(handle_of(handle), call);
+        const auto reply = runtime::exec_in_sandbox(own(handle), call);
         // The runtime names a working directory its exec could not enter in this form
         // (exec_server.cpp); any other failure is the emulator's.
         if (reply.status == runtime::ExecStatus::failed &&
@@ -189,7 +190,7 @@ class RuntimeEngine final : public SandboxEngine {
     }
 
     GuestAuthority open_authority(const json::object& handle) override {
-        const auto h = handle_of(handle);
+        const auto h = own(handle);
         const auto open_ns = [&](const char* name) {
             return runtime::UniqueFd(
                 ::open(fmt::format("/proc/{}/ns/{}", h.pid, name).c_str(), O_RDONLY | O_CLOEXEC));
@@ -207,6 +208,14 @@ class RuntimeEngine final : public SandboxEngine {
     }
 
   private:
+    // The handle in the emulator's state is untrusted input: used only when it names this
+    // sandbox's own directory beneath dir_, its socket and its maf-sbx cgroups.
+    runtime::SandboxHandle own(const json::object& handle) const {
+        auto h = handle_of(handle);
+        runtime::check_recorded_handle(h, dir_ / "sandboxes");
+        return h;
+    }
+
     std::filesystem::path dir_;
     runtime::ImageStore images_;
 };

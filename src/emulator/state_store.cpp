@@ -18,6 +18,7 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/net/tls.hpp"
+#include "maf_sandbox/runtime/state_dir.hpp"
 
 namespace maf_sandbox::emulator {
 namespace json = boost::json;
@@ -213,15 +214,38 @@ json::object DiskImageDoc::to_wire() const {
 
 StateStore::StateStore(std::filesystem::path state_dir)
     : file_(state_dir / "emulator" / "state.json") {
-    std::filesystem::create_directories(file_.parent_path());
-    std::ifstream in(file_);
+    // The records name processes, cgroups and directories the emulator acts on as root: a state
+    // directory another user controls is refused, and the file is read through the checked
+    // descriptor, never through a link.
+    (void)runtime::open_trusted_state_dir(state_dir, 0711, kEmulatorStateAdvice);
+    const auto dir =
+        runtime::open_trusted_state_dir(file_.parent_path(), 0700, kEmulatorStateAdvice);
+    const runtime::UniqueFd in{
+        ::openat(dir.get(), file_.filename().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)};
     if (!in) {
-        return;
+        if (errno == ENOENT) {
+            return;
+        }
+        throw SystemError(errno, fmt::format("opening the emulator state {}", file_.string()),
+                          "it must be a regular file (not a link) owned by the emulator's user");
     }
-    std::stringstream buffer;
-    buffer << in.rdbuf();
+    std::string text;
+    char chunk[65536];
+    for (;;) {
+        const ssize_t got = ::read(in.get(), chunk, sizeof chunk);
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got < 0) {
+            throw SystemError(errno, fmt::format("reading the emulator state {}", file_.string()));
+        }
+        if (got == 0) {
+            break;
+        }
+        text.append(chunk, static_cast<std::size_t>(got));
+    }
     boost::system::error_code ec;
-    auto value = json::parse(buffer.str(), ec);
+    auto value = json::parse(text, ec);
     if (ec || !value.is_object()) {
         throw Error(
             fmt::format("the emulator state {} is not valid JSON; restore it from a backup "

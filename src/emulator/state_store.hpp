@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sandbox_state.hpp"
@@ -22,6 +23,10 @@ namespace maf_sandbox::emulator {
 // disk images belong to exactly one group; a document written before groups were recorded has
 // an empty group and is visible in every group.
 bool in_group(const std::string& doc_group, const std::string& group);
+
+// Ends a refused state directory's remedy (runtime/state_dir.hpp).
+inline constexpr std::string_view kEmulatorStateAdvice =
+    "or a new directory such as /var/lib/acas-emulator";
 
 struct SandboxDoc {
     std::string id;

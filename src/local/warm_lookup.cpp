@@ -8,7 +8,9 @@
 
 #include <fmt/format.h>
 
+#include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/gc.hpp"
+#include "maf_sandbox/runtime/recorded_handle.hpp"
 #include "sandbox_pool.hpp"
 
 namespace maf_sandbox::local {
@@ -101,8 +103,16 @@ std::optional<runtime::SandboxHandle> handle_of(const runtime::SandboxRecord& re
         !record.runtime.contains("socket")) {
         return std::nullopt;
     }
-    return runtime::SandboxHandle::from_runtime_json(record.supervisor.pid,
-                                                     record.supervisor.start_time, record.runtime);
+    auto handle = runtime::SandboxHandle::from_runtime_json(
+        record.supervisor.pid, record.supervisor.start_time, record.runtime);
+    try {
+        // Untrusted input: a handle naming anything but this sandbox's own directory, socket and
+        // cgroups is never used (destroy_recorded then cleans up by the id alone).
+        runtime::check_recorded_handle(handle, handle.sandbox_dir.parent_path(), record.id);
+    } catch (const InvalidArgument&) {
+        return std::nullopt;
+    }
+    return handle;
 }
 
 bool record_alive(const runtime::SandboxRecord& record) {
@@ -120,7 +130,8 @@ runtime::EgressPolicy held_egress_policy(const runtime::SandboxRecord& record) {
 std::optional<std::string> destroy_recorded(runtime::Registry& registry,
                                             const runtime::SandboxRecord& record) {
     try {
-        if (const auto handle = handle_of(record)) {
+        const auto handle = handle_of(record);
+        if (handle && handle->sandbox_dir.parent_path() == registry.state_dir() / "sandboxes") {
             runtime::destroy_sandbox(*handle);
         } else {
             // A create that crashed before the supervisor was recorded: its supervisor may still
@@ -143,9 +154,11 @@ bool kill_recorded(const runtime::SandboxRecord& record) {
     const runtime::UniqueFd pidfd(
         static_cast<int>(::syscall(SYS_pidfd_open, record.supervisor.pid, 0)));
     // Checked after the pidfd is held: a pid reused in between no longer matches its start time.
-    if (!pidfd || runtime::live_process_start_time(record.supervisor.pid) !=
-                      std::optional<std::uint64_t>(record.supervisor.start_time)) {
-        return false;
+    if (!pidfd ||
+        runtime::live_process_start_time(record.supervisor.pid) !=
+            std::optional<std::uint64_t>(record.supervisor.start_time) ||
+        !runtime::process_in_sandbox_cgroup(record.supervisor.pid, record.id)) {
+        return false;  // gone, reused, or never the sandbox's (a pid in a record is public)
     }
     return ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0) == 0;
 }

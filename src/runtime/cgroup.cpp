@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/recorded_handle.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -55,6 +56,38 @@ CgroupLayout detect_cgroup_layout() {
     throw SystemError(ENOTSUP,
                       fmt::format("{} is neither cgroup v1 (tmpfs) nor cgroup2", kCgroupRoot),
                       "mount the cgroup filesystems in the usual place");
+}
+
+bool is_sandbox_cgroup(const fs::path& path, std::string_view id) {
+    if (id.empty() || id.find('/') != std::string_view::npos || !path.is_absolute() ||
+        path.lexically_normal() != path) {
+        return false;
+    }
+    const auto inside = path.lexically_relative(kCgroupRoot);
+    return !inside.empty() && *inside.begin() != ".." &&
+           path.filename() == fmt::format("maf-sbx-{}", id);
+}
+
+bool process_in_sandbox_cgroup(pid_t pid, std::string_view id) {
+    if (pid <= 0 || id.empty()) {
+        return false;
+    }
+    std::ifstream in(fmt::format("/proc/{}/cgroup", pid));
+    const std::string own = fmt::format("maf-sbx-{}", id);
+    std::string line;
+    while (std::getline(in, line)) {
+        // hierarchy-id:controllers:path
+        const auto second = line.find(':', line.find(':') + 1);
+        if (second == std::string::npos) {
+            continue;
+        }
+        for (const auto& part : fs::path(line.substr(second + 1))) {
+            if (part == own) {
+                return true;
+            }
+        }
+    }
+    return false;
 }
 
 std::unique_ptr<SandboxCgroup> SandboxCgroup::create(std::string_view name,

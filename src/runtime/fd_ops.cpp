@@ -10,10 +10,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
+#include <deque>
 #include <vector>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/state_dir.hpp"
 
 #if __has_include(<linux/openat2.h>)
 #include <linux/openat2.h>
@@ -149,26 +152,7 @@ void remove_tree_at(int parent_fd, const std::string& name, bool stay_on_device,
 }
 
 void make_state_dir(const std::filesystem::path& path, mode_t mode) {
-    if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
-        throw SystemError(errno, fmt::format("creating state directory '{}'", path.string()),
-                          "run as root or set MAF_SANDBOX_STATE_DIR to a writable directory");
-    }
-    const UniqueFd dir{::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
-    if (!dir) {
-        if (errno == ELOOP) {
-            return;
-        }
-        throw SystemError(errno, fmt::format("opening state directory '{}'", path.string()));
-    }
-    struct stat st {};
-    if (::fstat(dir.get(), &st) != 0) {
-        throw SystemError(errno, fmt::format("inspecting state directory '{}'", path.string()));
-    }
-    const mode_t current = st.st_mode & 07777;
-    if ((current & ~mode) != 0 && ::fchmod(dir.get(), current & mode) != 0) {
-        throw SystemError(errno, fmt::format("tightening state directory '{}'", path.string()),
-                          "run as the directory's owner");
-    }
+    (void)open_trusted_state_dir(path, mode);
 }
 
 void remove_host_tree(const std::filesystem::path& path, bool stay_on_device) {
@@ -355,3 +339,168 @@ std::string read_host_file(const std::filesystem::path& path, std::size_t max_by
 }
 
 }  // namespace maf_sandbox::runtime::detail
+
+namespace maf_sandbox::runtime {
+
+namespace {
+
+constexpr int kMaxStateDirLinks = 40;  // as the kernel's own limit on links in one resolution
+
+std::string owner_remedy(std::string_view advice) {
+    const uid_t self = ::geteuid();
+    return fmt::format("use a directory owned by {} with mode 0700, {}",
+                       self == 0 ? std::string("root") : fmt::format("uid {}", self), advice);
+}
+
+// A directory on the way to the state directory: root's or ours, and nobody else may add or
+// rename entries in it (a sticky one keeps others from renaming what is ours).
+void check_ancestor(const struct stat& st, const std::string& shown, const std::string& full,
+                    std::string_view advice) {
+    const uid_t self = ::geteuid();
+    if (st.st_uid != 0 && st.st_uid != self) {
+        throw SystemError(EPERM,
+                          fmt::format("refusing the state directory '{}': '{}' on its way is owned "
+                                      "by uid {}, who could replace what lies beneath it",
+                                      full, shown, st.st_uid),
+                          owner_remedy(advice));
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+        throw SystemError(EPERM,
+                          fmt::format("refusing the state directory '{}': '{}' on its way can be "
+                                      "written by other users (mode {:04o})",
+                                      full, shown, st.st_mode & 07777),
+                          owner_remedy(advice));
+    }
+}
+
+void check_state_dir(int fd, const struct stat& st, mode_t mode, const std::string& full,
+                     std::string_view advice) {
+    if (st.st_uid != ::geteuid()) {
+        throw SystemError(
+            EPERM,
+            fmt::format("refusing the state directory '{}': it is owned by uid {}, and its records "
+                        "are acted on as uid {}",
+                        full, st.st_uid, ::geteuid()),
+            owner_remedy(advice));
+    }
+    const mode_t current = st.st_mode & 07777;
+    if ((current & (S_IWGRP | S_IWOTH)) != 0) {
+        throw SystemError(
+            EPERM,
+            fmt::format("refusing the state directory '{}': other users can write "
+                        "it (mode {:04o}), so its records may be forged",
+                        full, current),
+            fmt::format("check its contents, then `chmod 0700` it; or {}", owner_remedy(advice)));
+    }
+    if ((current & ~mode) != 0 && ::fchmod(fd, current & mode) != 0) {
+        throw SystemError(errno, fmt::format("tightening state directory '{}'", full),
+                          "run as the directory's owner");
+    }
+}
+
+std::deque<std::string> components_of(const std::filesystem::path& path) {
+    std::deque<std::string> parts;
+    for (const auto& part : path.relative_path()) {
+        if (!part.empty() && part != ".") {
+            parts.push_back(part.string());
+        }
+    }
+    return parts;
+}
+
+UniqueFd open_root_checked(const std::string& full, std::string_view advice) {
+    UniqueFd root{::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC)};
+    struct stat st {};
+    if (!root || ::fstat(root.get(), &st) != 0) {
+        throw SystemError(errno, "opening the root directory");
+    }
+    check_ancestor(st, "/", full, advice);
+    return root;
+}
+
+}  // namespace
+
+UniqueFd open_trusted_state_dir(const std::filesystem::path& path, mode_t mode,
+                                std::string_view advice) {
+    const auto normal = std::filesystem::absolute(path).lexically_normal();
+    const std::string full = normal.string();
+    auto pending = components_of(normal);
+    if (pending.empty()) {
+        throw InvalidArgument("the root directory cannot be a state directory");
+    }
+    UniqueFd dir = open_root_checked(full, advice);
+    std::filesystem::path shown = "/";
+    int links = 0;
+    while (!pending.empty()) {
+        const std::string name = std::move(pending.front());
+        pending.pop_front();
+        const bool last = pending.empty();
+        struct stat st {};
+        if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno != ENOENT) {
+                throw SystemError(errno, fmt::format("inspecting '{}'", (shown / name).string()));
+            }
+            if (::mkdirat(dir.get(), name.c_str(), last ? mode : 0755) != 0 && errno != EEXIST) {
+                throw SystemError(
+                    errno, fmt::format("creating state directory '{}'", (shown / name).string()),
+                    "run as root or set MAF_SANDBOX_STATE_DIR to a writable directory");
+            }
+            if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+                throw SystemError(errno, fmt::format("inspecting '{}'", (shown / name).string()));
+            }
+        }
+        if (S_ISLNK(st.st_mode)) {
+            if (last) {
+                throw SystemError(
+                    ELOOP,
+                    fmt::format("refusing the state directory '{}': it is a symbolic link", full),
+                    "name the directory itself (after checking who owns it and where it is)");
+            }
+            if ((st.st_uid != 0 && st.st_uid != ::geteuid()) || ++links > kMaxStateDirLinks) {
+                throw SystemError(
+                    ELOOP,
+                    fmt::format("refusing the state directory '{}': the link '{}' on its way is "
+                                "owned by uid {} (or links nest too deep)",
+                                full, (shown / name).string(), st.st_uid),
+                    owner_remedy(advice));
+            }
+            std::string target(static_cast<std::size_t>(PATH_MAX), '\0');
+            const ssize_t got = ::readlinkat(dir.get(), name.c_str(), target.data(), target.size());
+            if (got < 0) {
+                throw SystemError(errno,
+                                  fmt::format("reading the link '{}'", (shown / name).string()));
+            }
+            target.resize(static_cast<std::size_t>(got));
+            auto expanded = components_of(target);
+            pending.insert(pending.begin(), expanded.begin(), expanded.end());
+            if (!target.empty() && target.front() == '/') {
+                dir = open_root_checked(full, advice);
+                shown = "/";
+            }
+            continue;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            throw SystemError(ENOTDIR, fmt::format("opening state directory '{}': '{}' is not a "
+                                                   "directory",
+                                                   full, (shown / name).string()));
+        }
+        // The entry was checked in a directory nobody else can change: this open finds it.
+        UniqueFd next{::openat(dir.get(), name.c_str(),
+                               (last ? O_RDONLY : O_PATH) | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+        struct stat opened {};
+        if (!next || ::fstat(next.get(), &opened) != 0) {
+            throw SystemError(errno,
+                              fmt::format("opening state directory '{}'", (shown / name).string()));
+        }
+        shown = name == ".." ? shown.parent_path() : shown / name;
+        if (last) {
+            check_state_dir(next.get(), opened, mode, full, advice);
+        } else {
+            check_ancestor(opened, shown.string(), full, advice);
+        }
+        dir = std::move(next);
+    }
+    return dir;
+}
+
+}  // namespace maf_sandbox::runtime

@@ -25,10 +25,9 @@ void remove_tree_at(int parent_fd, const std::string& name, bool stay_on_device,
 // Removes a host directory tree the same way (parent opened O_NOFOLLOW; missing is success).
 void remove_host_tree(const std::filesystem::path& path, bool stay_on_device);
 
-// Makes the state directory `path` (or one of its roots) with `mode`, and tightens an existing
-// one that is looser (a bit outside `mode`: made by create_directories under the umask, or by an
-// older version) to its mode & `mode`, through an O_DIRECTORY | O_NOFOLLOW descriptor, never by
-// name. A link at `path` is the operator's choice and is left as it is. Throws SystemError.
+// open_trusted_state_dir (state_dir.hpp) for a caller that needs no descriptor: makes the state
+// directory `path` (or one of its roots) with `mode`, refuses one another user controls, and
+// tightens a looser one of ours. Throws SystemError.
 void make_state_dir(const std::filesystem::path& path, mode_t mode);
 
 // `bytes` random bytes from getrandom, as lowercase hex.

@@ -13,14 +13,13 @@
 #include "maf_sandbox/runtime/cgroup.hpp"
 #include "maf_sandbox/runtime/id_claims.hpp"
 #include "maf_sandbox/runtime/owner.hpp"
+#include "maf_sandbox/runtime/recorded_handle.hpp"
 
 namespace maf_sandbox::runtime {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr std::string_view kCgroupPrefix = "/sys/fs/cgroup/";
 
 bool older_than(const fs::path& path, std::chrono::seconds age) {
     struct stat st {};
@@ -64,7 +63,11 @@ void destroy_cgroups_named_for(const std::string& id) {
 }  // namespace
 
 void release_recorded_ids(const SandboxRecord& record) {
-    if (record.host_ids && !record.host_ids->claims_dir.empty()) {
+    // The table a record names is not made if missing: a record must not make root create a
+    // directory wherever it says (and there is nothing to release in a table that is not there).
+    std::error_code ec;
+    if (record.host_ids && !record.host_ids->claims_dir.empty() &&
+        fs::is_directory(record.host_ids->claims_dir, ec)) {
         IdClaims(record.host_ids->claims_dir).release(record.host_ids->base, record.id);
     }
 }
@@ -80,10 +83,11 @@ void remove_recorded_cgroups(const SandboxRecord& record) {
         if (!item.is_string()) {
             continue;
         }
-        const auto path = fs::path(std::string(item.get_string())).lexically_normal().string();
-        // Only cgroups: a damaged record must never make gc rmdir anything else.
-        if (path.starts_with(kCgroupPrefix) && path.find("/../") == std::string::npos) {
-            dirs.push_back(path);
+        const fs::path path(std::string(item.get_string()));
+        // Only this sandbox's own cgroups: a damaged or forged record must never make gc rmdir
+        // anything else.
+        if (is_sandbox_cgroup(path, record.id)) {
+            dirs.push_back(path.string());
         }
     }
     // Children before parents.

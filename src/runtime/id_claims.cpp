@@ -20,6 +20,7 @@
 
 #include "maf_sandbox/core/capacity_error.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/state_dir.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -172,12 +173,8 @@ IdClaims::IdClaims(fs::path dir) : dir_(std::move(dir)) {
     if (dir_.empty()) {
         throw InvalidArgument("the host id table's directory is empty; set MAF_SANDBOX_ID_CLAIMS");
     }
-    std::error_code ignored;
-    fs::create_directories(dir_.parent_path(), ignored);
-    if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
-        throw SystemError(errno, fmt::format("creating the host id table {}", dir_.string()),
-                          "run as root, or set MAF_SANDBOX_ID_CLAIMS to a writable directory");
-    }
+    // A table another user could write would let them free or forge host id claims.
+    (void)open_trusted_state_dir(dir_, 0700, "or the default /run/maf-sandbox/ids");
 }
 
 IdClaim IdClaims::claim(const IdPool& pool, const IdClaimRequest& request) const {

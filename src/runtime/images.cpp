@@ -735,10 +735,8 @@ ImageRef parse_image_ref(std::string_view text) {
 ImageStore::ImageStore(fs::path state_dir)
     : state_dir_(fs::absolute(std::move(state_dir)).lexically_normal()),
       images_dir_(state_dir_ / "images") {
-    std::error_code ignored;
-    fs::create_directories(state_dir_, ignored);
     // 0711: supervisors (unprivileged host uids) traverse to their image's layers by path; no
-    // host user may list the store.
+    // host user may list the store. One another user controls is refused (state_dir.hpp).
     detail::make_state_dir(state_dir_, 0711);
     detail::make_state_dir(images_dir_, 0711);
 }

@@ -413,11 +413,9 @@ Registry::Registry(fs::path state_dir) : state_dir_(std::move(state_dir)) {
             "runtime's state_dir");
     }
     state_dir_ = fs::absolute(state_dir_).lexically_normal();
-    std::error_code ignored;
-    fs::create_directories(state_dir_, ignored);
     // 0711: the runtime's user namespaces must traverse into per-sandbox directories, never list
-    // (a sandbox's id is random, so no other host user can name its directory). Tightened when
-    // create_directories made them under the umask (0755).
+    // (a sandbox's id is random, so no other host user can name its directory). A state
+    // directory another user controls is refused here: its records are acted on as root.
     detail::make_state_dir(state_dir_, 0711);
     detail::make_state_dir(state_dir_ / "sandboxes", 0711);
     detail::make_state_dir(state_dir_ / "locks", 0700);

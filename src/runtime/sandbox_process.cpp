@@ -23,8 +23,10 @@
 #include <fmt/format.h>
 #include <boost/json.hpp>
 
+#include "fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/id_claims.hpp"
+#include "maf_sandbox/runtime/recorded_handle.hpp"
 #include "maf_sandbox/runtime/supervisor.hpp"
 
 namespace maf_sandbox::runtime {
@@ -188,7 +190,11 @@ std::vector<std::pair<std::string, std::string>> guest_env(const SandboxLaunch& 
 // cgroup kill that follows usually finds them empty and skips its freezer rounds (each freeze or
 // thaw flips a static key: code patching and an interrupt to every CPU). The pidfd is opened
 // before the start time is checked, so a reused pid is never signalled.
-void end_pid1(pid_t pid, std::uint64_t start_time, std::chrono::milliseconds timeout) {
+// A pid and start time from a record are public (/proc), so they alone do not make the process
+// the sandbox's: it is signalled only while it is in the sandbox's own maf-sbx-<id> cgroup, which
+// only the runtime makes and fills.
+void end_pid1(pid_t pid, std::uint64_t start_time, std::string_view id,
+              std::chrono::milliseconds timeout) {
     if (pid <= 0) {
         return;
     }
@@ -199,6 +205,9 @@ void end_pid1(pid_t pid, std::uint64_t start_time, std::chrono::milliseconds tim
     const auto start = live_process_start_time(pid);
     if (!start || *start != start_time) {
         return;  // gone, a zombie, or a different process by now
+    }
+    if (!process_in_sandbox_cgroup(pid, id)) {
+        return;  // not the sandbox's (any more): the cgroup kill covers what is
     }
     if (::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0) != 0) {
         return;  // exited meanwhile; the cgroup kill covers anything else
@@ -495,20 +504,62 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     return handle;   // the rollback reaps the host-side half, which is exiting by now
 }
 
+std::string recorded_sandbox_id(const SandboxHandle& handle) {
+    return handle.sandbox_id.empty() ? handle.sandbox_dir.filename().string() : handle.sandbox_id;
+}
+
+void check_recorded_handle(const SandboxHandle& handle, const fs::path& sandboxes_root,
+                           std::string_view expected_id) {
+    const std::string id = recorded_sandbox_id(handle);
+    const auto refuse = [&](std::string_view what, const fs::path& value) {
+        throw InvalidArgument(fmt::format(
+            "the recorded sandbox {} names {} '{}', which is not its own beneath {}; the record "
+            "is damaged or forged, so it is not acted on (remove it by hand after checking)",
+            id, what, value.string(), sandboxes_root.string()));
+    };
+    // As Registry::is_id: 16 to 64 lowercase hex digits (so never "..", a slash or empty).
+    const bool hex = std::all_of(id.begin(), id.end(), [](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    });
+    if (!hex || id.size() < 16 || id.size() > 64 || (!expected_id.empty() && id != expected_id)) {
+        refuse("the id", id);
+    }
+    const fs::path dir = sandboxes_root.lexically_normal() / id;
+    if (handle.sandbox_dir != dir) {
+        refuse("the directory", handle.sandbox_dir);
+    }
+    if (handle.socket != dir / "exec.sock") {
+        refuse("the exec socket", handle.socket);
+    }
+    for (const auto& cgroup : handle.cgroups) {
+        if (!is_sandbox_cgroup(cgroup, id)) {
+            refuse("the cgroup", cgroup);
+        }
+    }
+}
+
 void destroy_sandbox(const SandboxHandle& handle) {
-    end_pid1(handle.pid, handle.start_time, std::chrono::seconds(5));
+    const std::string id = recorded_sandbox_id(handle);
+    // Whatever the caller checked: only the sandbox's own cgroups are emptied and removed.
+    for (const auto& path : handle.cgroups) {
+        if (!is_sandbox_cgroup(path, id)) {
+            throw InvalidArgument(fmt::format(
+                "refusing to destroy sandbox {}: '{}' is not its cgroup (a damaged record?)", id,
+                path.string()));
+        }
+    }
+    end_pid1(handle.pid, handle.start_time, id, std::chrono::seconds(5));
     // Then everything else in its cgroups (kill_all), and the cgroups themselves.
     auto cgroup = SandboxCgroup::attach(handle.cgroup_layout, handle.cgroups);
     cgroup->destroy();
-    std::error_code ec;
     if (!handle.sandbox_dir.empty()) {
-        fs::remove_all(handle.sandbox_dir, ec);
-        if (ec && ec != std::errc::no_such_file_or_directory) {
-            throw SystemError(ec.value(), fmt::format("removing {}", handle.sandbox_dir.string()));
-        }
+        // By descriptor, never following a link; a mount left inside is refused, not entered.
+        detail::remove_host_tree(handle.sandbox_dir, true);
     }
     // Last: nothing of the sandbox runs any more, so its host ids can go to the next one.
-    if (!handle.id_claims_dir.empty() && !handle.sandbox_id.empty()) {
+    std::error_code ec;
+    if (!handle.id_claims_dir.empty() && !handle.sandbox_id.empty() &&
+        fs::is_directory(handle.id_claims_dir, ec)) {  // a recorded path is never made
         IdClaims(handle.id_claims_dir).release(handle.ids.host_base, handle.sandbox_id);
     }
 }
@@ -516,8 +567,10 @@ void destroy_sandbox(const SandboxHandle& handle) {
 UniqueFd open_sandbox_root(const SandboxHandle& handle) {
     UniqueFd fd(
         ::open(fmt::format("/proc/{}/root", handle.pid).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    // Checked after the open: if the pid was reused in between, the start time no longer matches.
-    if (!fd || !sandbox_alive(handle)) {
+    // Checked after the open: if the pid was reused in between, the start time no longer matches;
+    // and a recorded pid is the sandbox's only while it is in the sandbox's cgroup.
+    if (!fd || !sandbox_alive(handle) ||
+        !process_in_sandbox_cgroup(handle.pid, recorded_sandbox_id(handle))) {
         throw SandboxOutputUnreachable(
             "the sandbox's supervisor is gone (expired or disposed); acquire the sandbox again");
     }

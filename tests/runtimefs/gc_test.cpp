@@ -175,7 +175,7 @@ TEST(GcTest, AnOrphanDirectorysProcessesInItsNamedCgroupsAreKilledFirst) {
     EXPECT_FALSE(fs::exists(registry.sandbox_dir(orphan)));
 }
 
-TEST(GcTest, DefaultCleanupRemovesRecordedCgroupsAndNothingElse) {
+TEST(GcTest, DefaultCleanupRemovesTheSandboxesOwnRecordedCgroupsAndNothingElse) {
     TempDir temp;
     Registry registry(temp.path());
     auto gone = record_with(dead());
@@ -183,11 +183,15 @@ TEST(GcTest, DefaultCleanupRemovesRecordedCgroupsAndNothingElse) {
     fs::create_directories(not_a_cgroup);
     boost::json::array paths{not_a_cgroup.string()};
     std::optional<fs::path> cgroup;
+    std::optional<fs::path> foreign;  // a cgroup, but not this sandbox's
     for (const char* controller : {"/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified"}) {
         if (fs::exists(fs::path(controller) / "cgroup.procs")) {
-            cgroup = fs::path(controller) / ("maf-gc-test-" + gone.id.substr(0, 8));
+            cgroup = fs::path(controller) / ("maf-sbx-" + gone.id);
+            foreign = fs::path(controller) / ("maf-gc-test-" + gone.id.substr(0, 8));
             fs::create_directory(*cgroup);
+            fs::create_directory(*foreign);
             paths.emplace_back(cgroup->string());
+            paths.emplace_back(foreign->string());
             break;
         }
     }
@@ -198,6 +202,8 @@ TEST(GcTest, DefaultCleanupRemovesRecordedCgroupsAndNothingElse) {
     EXPECT_TRUE(fs::exists(not_a_cgroup));
     if (cgroup) {
         EXPECT_FALSE(fs::exists(*cgroup));
+        EXPECT_TRUE(fs::exists(*foreign));
+        ::rmdir(foreign->c_str());
     }
 }
 

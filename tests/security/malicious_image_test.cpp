@@ -184,7 +184,8 @@ class MaliciousImage : public ::testing::Test {
 
 // The store's roots are never listable by another host user: made 0711, and an existing looser
 // root (create_directories under the umask makes 0755) is tightened, both by the image store and by
-// the sandbox registry. 0711, not 0700: supervisors, unprivileged host uids, traverse by path (see
+// the sandbox registry; one other users could write (0777) is refused, as its records may be
+// forged. 0711, not 0700: supervisors, unprivileged host uids, traverse by path (see
 // docs/SECURITY.md). Host uid 65534 in a forked child cannot list them.
 TEST_F(MaliciousImage, TheStateDirectorysRootsAreNeverListableByOtherHostUsers) {
     ASSERT_EQ(::chmod(work.path().c_str(), 0711), 0);
@@ -193,6 +194,11 @@ TEST_F(MaliciousImage, TheStateDirectorysRootsAreNeverListableByOtherHostUsers) 
     fs::create_directories(root / "sandboxes");
     for (const auto& dir : {root, root / "images", root / "sandboxes"}) {
         ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+    }
+    EXPECT_THROW(runtime::ImageStore{root}, SystemError);
+    EXPECT_THROW(runtime::Registry{root}, SystemError);
+    for (const auto& dir : {root, root / "images", root / "sandboxes"}) {
+        ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
     }
     runtime::ImageStore loose_store(root);
     runtime::Registry registry(root);
