@@ -1,5 +1,5 @@
-// The REST client of the ACAS data plane (acas-rest-api.md section 4), over net::HttpClient with
-// an Azure token. One client belongs to one executor. Every call carries a deadline, an
+// The REST client of the ACAS data plane (docs/acas-rest-api.md section 4), over net::HttpClient
+// with an Azure token. One client belongs to one executor. Every call carries a deadline, an
 // x-ms-client-request-id and the api-version below; no call ever goes to the ARM control plane.
 //
 // Retries: an idempotent request (GET, file PUT, DELETE, and the POSTs whose
