@@ -34,7 +34,10 @@ function(maf_tests name)
   cmake_parse_arguments(ARG "" "TIMEOUT;TEST_PREFIX" "LABELS;DEPS" ${ARGN})
   file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
   add_executable(${name} ${sources})
-  target_link_libraries(${name} PRIVATE maf_flags ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  # Every test links the shared fixtures of tests/support (temporary directories, a host-shell
+  # sandbox, a recording decorator).
+  target_link_libraries(${name} PRIVATE maf_flags ${ARG_DEPS} maf_test_support GTest::gtest
+                                        GTest::gmock GTest::gtest_main)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()

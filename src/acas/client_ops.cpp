@@ -1,4 +1,4 @@
-// The data-plane operations: routes and payloads of acas-rest-api.md section 4.
+// The data-plane operations: routes and payloads of docs/acas-rest-api.md section 4.
 #include <fmt/format.h>
 #include <spdlog/logger.h>
 #include <boost/asio/steady_timer.hpp>

@@ -1,4 +1,4 @@
-// Bounded byte capture over the service's text-only exec (acas-rest-api.md 7.7): the program's
+// Bounded byte capture over the service's text-only exec (docs/acas-rest-api.md 7.7): the program's
 // streams go through fifos into `head -c` files in a private scratch directory, a one-line
 // manifest reports exit code and sizes, and the bytes come back in base64. Output that fits one
 // answer comes back inline in the capture command itself, which then removes its scratch: a

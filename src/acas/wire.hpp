@@ -1,4 +1,5 @@
-// JSON shapes of the ACAS data plane (acas-rest-api.md section 3), built and read in one place.
+// JSON shapes of the ACAS data plane (docs/acas-rest-api.md section 3), built and read in one
+// place.
 #pragma once
 
 #include <boost/json/array.hpp>

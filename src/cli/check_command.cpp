@@ -167,7 +167,7 @@ void add_check_command(CLI::App& app, Context& context) {
         "every command's own failure does.");
     command
         ->add_option("--spec", options->spec_path,
-                     "The spec as JSON (protocol.md 2.5 field names, snake_case; `requires` "
+                     "The spec as JSON (docs/protocol.md 2.5 field names, snake_case; `requires` "
                      "for the required capabilities; enums as lowercase strings): a regular "
                      "file of at most 1 MiB, or - for standard input")
         ->required();

@@ -20,7 +20,7 @@ struct Context {
     int exit_code = kExitOk;
 };
 
-void add_bench_command(CLI::App& app, Context& context);  // bench (issue 9)
+void add_bench_command(CLI::App& app, Context& context);  // bench (the harness is src/bench)
 void add_check_command(CLI::App& app, Context& context);
 void add_conformance_command(CLI::App& app, Context& context);
 void add_egress_command(CLI::App& app, Context& context);  // egress-log

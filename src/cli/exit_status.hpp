@@ -20,7 +20,7 @@ inline constexpr int kExitFailed = 125;
 inline constexpr int kExitCannotRun = 126;
 inline constexpr int kExitNotFound = 127;
 
-// Before issue 27 these were 1 and 2, the same codes guest programs use; both are now the CLI's
+// These were once 1 and 2, the same codes guest programs use; both are now the CLI's
 // own failure. Kept as names so that a caller reads as what it means.
 inline constexpr int kExitRefused = kExitFailed;
 inline constexpr int kExitBadInput = kExitFailed;

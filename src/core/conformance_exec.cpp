@@ -1,5 +1,5 @@
-// EXEC (protocol.md 6.4) and EGRESS (6.6) suites: commands run as given, with faithful exit codes
-// and the caller's timeout; egress reaches exactly what the spec allows.
+// EXEC (docs/protocol.md 6.4) and EGRESS (6.6) suites: commands run as given, with faithful exit
+// codes and the caller's timeout; egress reaches exactly what the spec allows.
 #include <fmt/format.h>
 
 #include <chrono>

@@ -1,4 +1,4 @@
-// FILES_DELETE suite (protocol.md 6.5): removal removes exactly what was named, unlinks links
+// FILES_DELETE suite (docs/protocol.md 6.5): removal removes exactly what was named, unlinks links
 // without following them, and refuses anything outside or through a link. Each probe plants its
 // own fixture and checks the result through exec.
 #include <fmt/format.h>

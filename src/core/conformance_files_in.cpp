@@ -1,5 +1,5 @@
-// FILES_IN suite (protocol.md 6.3): writes land verbatim where asked and nowhere else. Each probe
-// writes its own fixture and checks the result through exec, so most need EXEC as well.
+// FILES_IN suite (docs/protocol.md 6.3): writes land verbatim where asked and nowhere else. Each
+// probe writes its own fixture and checks the result through exec, so most need EXEC as well.
 #include <fmt/format.h>
 
 #include "conformance_support.hpp"

@@ -1,5 +1,5 @@
-// FILES_OUT suite (protocol.md 6.2): reads and stats must name links, never follow them, and refuse
-// any path whose ancestors include a link, from the filesystem root down.
+// FILES_OUT suite (docs/protocol.md 6.2): reads and stats must name links, never follow them, and
+// refuse any path whose ancestors include a link, from the filesystem root down.
 #include <fmt/format.h>
 
 #include "conformance_support.hpp"

@@ -1,5 +1,5 @@
 // Landing bytes on the host under a directory the host chose, by a name the sandbox chose:
-// fd-relative from the landing directory, never following a link below it (issue 17).
+// fd-relative from the landing directory, never following a link below it.
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/random.h>

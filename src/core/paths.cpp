@@ -103,9 +103,9 @@ std::string confine_guest_path(std::string_view path, std::string_view working_d
             "a guest path or working directory contains a NUL byte, which no guest file system "
             "can name; remove it");
     }
-    // Guest paths are text (protocol.md: str is UTF-8); bytes that are not, overlong forms of '/'
-    // and '.' included, are refused rather than passed to a file system that may read them
-    // differently.
+    // Guest paths are text (docs/protocol.md 3.1: paths are UTF-8); bytes that are not, overlong
+    // forms of '/' and '.' included, are refused rather than passed to a file system that may read
+    // them differently.
     if (!is_valid_utf8(path) || !is_valid_utf8(working_directory)) {
         throw ConfinementEscape(
             "a guest path or working directory is not valid UTF-8; guest paths are text, pass "

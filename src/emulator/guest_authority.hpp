@@ -8,8 +8,8 @@
 // no capability in the host's namespaces, and within its own only the five file capabilities).
 //
 // The child is cloned with CLONE_VM | CLONE_VFORK, as posix_spawn clones: it shares the
-// emulator's memory (no page tables to copy: a fork of the emulator cost ~13 ms of CPU on this
-// machine's paravirtualised MMU), has its own descriptors, file-system root and credentials
+// emulator's memory (no page tables to copy: a fork of a large emulator is costly on a
+// paravirtualised MMU), has its own descriptors, file-system root and credentials
 // (setns(CLONE_NEWUSER) accepts it: it is alone in its thread group and shares no fs_struct), and
 // the calling thread is suspended in the kernel until it exits. So the child may run ordinary C++
 // (it stands in for the suspended thread: that thread's TLS, tcache and errno are idle), and it

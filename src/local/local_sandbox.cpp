@@ -50,8 +50,8 @@ NoFollowStat LocalSandbox::no_follow_stat() const {
 
 Task<ExecResult> LocalSandbox::exec(ExecRequest request) {
     const auto call = exec_call_for(std::move(request), base_, default_max_output_);
-    // (perf, issue 3) On the caller's executor, not the pool: a thread hop there and back cost
-    // 0.2-0.3 ms of an exec round trip on a 2-vCPU host.
+    // (perf) On the caller's executor, not the pool: a thread hop there and back is a visible
+    // part of an exec round trip on a small host.
     auto exchange = exec_in_sandbox_async(handle_, call);
     const auto reply = co_await std::move(exchange);
     co_return exec_result_of(reply, call);

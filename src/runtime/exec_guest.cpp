@@ -107,8 +107,8 @@ bool launch_from_frame(std::string_view bytes, const SupervisorConfig& config, L
 // Where a guest process that accepts its own connection reads the request ahead of the handler.
 // (perf) Made ready before the connection comes: a page first written (a page of the guest's
 // stack, or one its handler still shares copy-on-write with PID 1, whose fork it is) costs a
-// zero-fill or copy-on-write fault, about 3 us each on this kind of virtual machine, and reading
-// a request the first time took 35 of them (~120 us). So the buffer is written once here, and a
+// zero-fill or copy-on-write fault, and reading a request the first time took dozens of them.
+// So the buffer is written once here, and a
 // rehearsal on a sample request leaves the allocator's free lists and the stack on pages already
 // written, which the real request then reuses.
 class RequestPeek {
@@ -295,7 +295,7 @@ long drop_capabilities_raw() noexcept {
             ::_exit(0);
         }
         // (perf) The hand-over channel is left to execve to close: closed here, while the
-        // connection may still be in flight to the handler, it cost 25-35 us; the handler closes
+        // connection may still be in flight to the handler, it waits for it; the handler closes
         // its end as soon as it has the connection, and execve then closes ours for free.
         raw::call(SYS_close, accepted);
         raw::call(SYS_close, start.listener);
@@ -327,8 +327,8 @@ long drop_capabilities_raw() noexcept {
     for (const auto& candidate : launch.candidates) {
         // (perf) A PATH entry without the program is skipped with a lookup: a failed execve
         // first builds the new program's memory and copies argv and the environment into it
-        // (three misses before /usr/bin were 30-60 us of each `true`). Whatever exists is still
-        // left to execve to judge, as execvp does.
+        // (three misses before /usr/bin were a visible part of each `true`). Whatever exists is
+        // still left to execve to judge, as execvp does.
         if (launch.candidates.size() > 1) {
             const long found =
                 raw::call(SYS_faccessat, AT_FDCWD, raw::arg(candidate.c_str()), F_OK);

@@ -5,8 +5,8 @@
 //
 // (perf, exec round trip) The guest shares its handler's memory until its execve (CLONE_VM, as
 // posix_spawn does): its execve then has no copy of the handler's memory to tear down, and
-// preparing it copies no page tables. Measured on this kind of machine: a program started by a
-// prepared CLONE_VM child runs and is reaped 45-60 us sooner than by a prepared forked child.
+// preparing it copies no page tables: a program started by a prepared CLONE_VM child runs and is
+// reaped sooner than by a prepared forked child (BENCHMARKS.md).
 // Sharing memory with a process that also runs takes two rules, kept in exec_guest.cpp:
 //  - the guest uses the heap (and errno) only while its handler is blocked: before it says it is
 //    ready, and between accepting a connection and handing it over;

@@ -101,7 +101,7 @@ class Exec {
         // (perf, exec round trip) The result is on its way. What is left here (removing the
         // exec's cgroup, this process's exit) must not hold up the host reading it on this CPU,
         // nor the next exec: from now on this process runs only when nothing else wants the CPU.
-        // Measured: the host read the result 15-28 us sooner (median). Unprivileged, and one way.
+        // Unprivileged, and one way (BENCHMARKS.md has what it saves).
         const sched_param no_priority{};
         ::sched_setscheduler(0, SCHED_IDLE, &no_priority);
         if (guest_.cgroup && guest_.cgroup->empty()) {

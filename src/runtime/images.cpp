@@ -142,7 +142,7 @@ std::string dir_name(const std::string& path) {
 
 // The archive's permission bits an imported object keeps: all but set-user-id and set-group-id.
 // On the host a set-id file owned by the archive's uid 0 is a root shell for any host user who
-// reaches it (issue 17, class 2). Inside a sandbox nothing is lost: image files belong to host
+// reaches it. Inside a sandbox nothing is lost: image files belong to host
 // ids the sandbox's user namespace does not map, and the kernel ignores set-id bits of a file
 // whose owner is unmapped (and the root is mounted nosuid besides). The sticky bit stays: a
 // shared /tmp needs it inside.

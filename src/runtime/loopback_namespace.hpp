@@ -1,6 +1,6 @@
 // (perf, cold acquire) The sandbox's network namespace for closed egress, made by a short-lived
 // child process while the supervisor builds the sandbox's root: on two cores the network
-// namespace's set-up (about 0.75 ms here, most of the cost of cloning the sandbox's namespaces)
+// namespace's set-up (most of the cost of cloning the sandbox's namespaces)
 // overlaps the mounts instead of following them.
 //
 // The namespace has loopback only, up. It is owned by the host's user namespace rather than the

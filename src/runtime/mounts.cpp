@@ -134,9 +134,9 @@ std::string fd_path(int fd) {
 }
 
 // A read-only view of the host directory `source` (a trusted host path the image plan names, e.g.
-// /usr for the host image). Item 8 of issue 17: a bind would show the host's disk in the guest's
-// mountinfo (`ext4 /dev/vda rw,discard,...`, and the directory's path on that disk). An overlay
-// with no upper layer, its layers named by descriptors, shows only
+// /usr for the host image). The host's layout stays private: a bind would show the host's disk in
+// the guest's mountinfo (`ext4 /dev/vda rw,discard,...`, and the directory's path on that disk). An
+// overlay with no upper layer, its layers named by descriptors, shows only
 // `/ ... - overlay overlay ro,lowerdir=/proc/self/fd/N:/proc/self/fd/M` and an anonymous device
 // number. overlayfs wants two layers when it has no upper one: the host directory over `empty`,
 // an empty directory of ours. Like a non-recursive bind, it shows no mount beneath `source`.
@@ -247,9 +247,9 @@ void build_dev(int dev_point, const RootPlan& plan, const GuestOwner& root) {
     attach(dev.get(), dev_point, "/dev");
     // Our own fresh tmpfs: nothing in it was planted, but the same confined layer builds it.
     const GuestFs tree(duplicate(dev.get()), root);
-    // Item 8 of issue 17: nodes of our own, not binds of the host's: a bind shows the host's
-    // devtmpfs and its options (the host's memory size) in the guest's mountinfo, one line per
-    // device. The tmpfs was made here by host root without nodev, so the nodes open; the guest
+    // The host's layout stays private: nodes of our own, not binds of the host's: a bind shows the
+    // host's devtmpfs and its options (the host's memory size) in the guest's mountinfo, one line
+    // per device. The tmpfs was made here by host root without nodev, so the nodes open; the guest
     // cannot add any (no CAP_MKNOD over the host, and the mount is read-only once built).
     {
         const ScopedUmask exact_modes(0);
@@ -291,8 +291,7 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
     // (perf, cold acquire) The writable layer's tmpfs goes on the mount point every sandbox of the
     // state directory shares, each in its own private mount namespace: no directory to make (and
     // later remove) per sandbox on the host's file system. On the ext4 here (mounted with
-    // `discard`) that mkdir waited for the journal, 2-4 ms, whenever a disposal had just removed
-    // files.
+    // `discard`) that mkdir waited for the journal whenever a disposal had just removed files.
     const fs::path layer =
         plan.layer_mount_point.empty() ? sandbox_dir / "layer" : plan.layer_mount_point;
     ::mkdir(layer.c_str(), 0700);
@@ -326,9 +325,10 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
     UniqueFd root_mount = open_layer("root", O_RDONLY);
     const UniqueFd empty_layer = open_layer("empty", O_PATH);
     if (layered) {
-        // Item 8 of issue 17: overlayfs shows its options in the guest's /proc/self/mountinfo
-        // exactly as given, so every layer is named by a descriptor of ours (/proc/self/fd/N,
-        // resolved once while the file system is created), never by its host path.
+        // The host's layout stays private: overlayfs shows its options in the guest's
+        // /proc/self/mountinfo exactly as given, so every layer is named by a descriptor of ours
+        // (/proc/self/fd/N, resolved once while the file system is created), never by its host
+        // path.
         std::vector<UniqueFd> lower_fds;
         std::string lowers;
         for (const auto& lower : plan.lower_dirs) {
@@ -350,7 +350,7 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
                                  MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "the sandbox's root");
         // (perf) The mount point is in the layer's tmpfs, not in the sandbox directory: one
         // directory fewer to make and remove on the host's file system per sandbox (on the ext4
-        // here, mounted with `discard`, each rmdir of a directory waits about 4 ms).
+        // here, mounted with `discard`, each rmdir of a directory waits for the journal).
         attach(overlay.get(), point.get(), "the overlay root");
         root_mount = std::move(overlay);
     }

@@ -292,8 +292,8 @@ int supervisor_child(void* arg) {
 
 // (perf) Starts the supervisor as posix_spawn does, with clone(CLONE_VM | CLONE_VFORK): no copy
 // of the creator's address space and page tables (a fork of a large multi-threaded host such as
-// the CLI or the emulator cost about 1.4 ms of CPU per launch, twice over with the old double
-// fork, plus copy-on-write faults in the creator afterwards). The child is our child until its
+// the CLI or the emulator is a large part of a launch's CPU, twice over with a double fork, plus
+// copy-on-write faults in the creator afterwards). The child is our child until its
 // host-side half exits; the sandbox's PID 1 is then re-parented to init, as before. Returns -1
 // with errno set when the kernel refuses.
 pid_t spawn_supervisor(const SupervisorSpawn& spawn) {
@@ -417,7 +417,8 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     }
     // The config travels in a memfd, not a file in the state directory and not a path in argv:
     // the sandbox's PID 1 is a fork of the supervisor, and its command line must name no host
-    // directory (issue 17, item 8). (perf) One file fewer to write on the host's disk per launch.
+    // directory (the host's layout stays private). (perf) One file fewer to write on the host's
+    // disk per launch.
     UniqueFd config_fd(::memfd_create("maf-sandbox-config", MFD_CLOEXEC));
     if (!config_fd) {
         throw SystemError(errno, "creating the supervisor's config memfd");

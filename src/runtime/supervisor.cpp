@@ -92,9 +92,9 @@ void report(std::string_view line) {
     // (perf, exec round trip) PID 1 confines itself once, as every guest process must be: an
     // empty capability bounding set, no_new_privs and the seccomp filter are inherited through
     // each fork, so handlers and guests no longer pay ~40 prctl calls and a filter's validation
-    // and JIT per exec (5% of the machine's CPU in a tight exec loop). Nothing PID 1 or a handler
-    // does from here on (fork, cgroup files, pipes, sockets, setresuid, capset, execve) is among
-    // the denied calls.
+    // and JIT per exec (a visible share of the CPU in a tight exec loop). Nothing PID 1 or a
+    // handler does from here on (fork, cgroup files, pipes, sockets, setresuid, capset, execve) is
+    // among the denied calls.
     if (!drop_bounding_set() || !install_seccomp(seccomp)) {
         report(
             fmt::format("error: confining the sandbox's PID 1 (capability bounding set, "
@@ -103,8 +103,8 @@ void report(std::string_view line) {
         std::_Exit(1);
     }
     // (density) Heap pages freed since start-up (the parsed config, the root's plan) go back to
-    // the kernel before the spare handler and its guest are forked from us: about 50 KiB less per
-    // idle sandbox (bench `density`).
+    // the kernel before the spare handler and its guest are forked from us: less memory per idle
+    // sandbox (bench `density`; the figure is in BENCHMARKS.md).
     ::malloc_trim(0);
 
     constexpr auto kSpareDelay = std::chrono::milliseconds(3);
@@ -128,8 +128,8 @@ void report(std::string_view line) {
     // (perf, exec round trip) Two spares once the sandbox has served its first exec: an exec that
     // follows the last one closely (an agent's burst of commands, the bench's tight loop) finds
     // the second spare ready instead of waiting in the listen queue for the first one's successor
-    // to prepare its guest (0.8 ms and more here). Only one at start, so the sandbox's first exec
-    // never competes with a second spare's preparation. Each spare costs about 0.1 MiB.
+    // to prepare its guest. Only one at start, so the sandbox's first exec never competes with a
+    // second spare's preparation. A spare is cheap: a fork sharing PID 1's pages.
     constexpr std::size_t kSpares = 2;
     std::size_t spare_target = 1;
     std::set<pid_t> spares;
@@ -440,7 +440,7 @@ int supervisor_main(int argc, char** argv) {
             // from its creator's limits at creation; PID 1 inherits all three.
             const ScopedCreationLimits limits(config.budgets);
             // Owned by the guest root's host uid, so the sandbox's per-user kernel counts are
-            // charged to its own identity, not to host root (issue 17).
+            // charged to its own identity, not to host root.
             child = clone_with_owned_namespaces(namespaces, config.ids.to_host(0),
                                                 config.ids.to_host(0));
             if (child == 0) {

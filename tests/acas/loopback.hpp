@@ -18,6 +18,7 @@
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/net/http_server.hpp"
 #include "maf_sandbox/net/tls.hpp"
+#include "test_dirs.hpp"
 
 namespace maf_sandbox::testing {
 
@@ -49,32 +50,6 @@ inline void drive(boost::asio::io_context& io, Task<void> task) {
     if (failure)
         std::rethrow_exception(failure);
 }
-
-class TempDir {
-  public:
-    TempDir() {
-        std::string pattern =
-            (std::filesystem::temp_directory_path() / "maf-acas-test-XXXXXX").string();
-        if (::mkdtemp(pattern.data()) == nullptr)
-            throw std::runtime_error("mkdtemp failed");
-        path_ = pattern;
-    }
-    ~TempDir() {
-        std::error_code ignored;
-        std::filesystem::remove_all(path_, ignored);
-    }
-    const std::filesystem::path& path() const { return path_; }
-    std::string write(const std::string& name, const std::string& content,
-                      unsigned mode = 0644) const {
-        const auto file = path_ / name;
-        std::ofstream(file, std::ios::binary) << content;
-        std::filesystem::permissions(file, static_cast<std::filesystem::perms>(mode));
-        return file.string();
-    }
-
-  private:
-    std::filesystem::path path_;
-};
 
 // An HttpServer on 127.0.0.1:0 running on its own thread.
 class LoopbackServer {

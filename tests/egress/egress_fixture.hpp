@@ -29,6 +29,7 @@
 #include "maf_sandbox/runtime/egress.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
 #include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "test_dirs.hpp"
 #include "test_network.hpp"
 
 namespace maf_sandbox::egress_testing {
@@ -100,26 +101,7 @@ struct CurlOutput {
     }
 };
 
-class StateDirectory {
-  public:
-    StateDirectory() {
-        std::string pattern = "/tmp/maf-egress-state-XXXXXX";
-        if (::mkdtemp(pattern.data()) == nullptr) {
-            throw SystemError(errno, "creating a state directory for the egress tests");
-        }
-        path_ = pattern;
-    }
-    ~StateDirectory() {
-        std::error_code ignored;
-        std::filesystem::remove_all(path_, ignored);
-    }
-    StateDirectory(const StateDirectory&) = delete;
-    StateDirectory& operator=(const StateDirectory&) = delete;
-    const std::filesystem::path& path() const { return path_; }
-
-  private:
-    std::filesystem::path path_;
-};
+using StateDirectory = ::maf_sandbox::testing::TempDir;
 
 struct SandboxOptions {
     Egress mode = Egress::allowlist;

@@ -26,6 +26,7 @@
 #include "maf_sandbox/runtime/gc.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
 #include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "test_dirs.hpp"
 #include "test_host.hpp"
 
 namespace maf_sandbox::local {
@@ -34,26 +35,8 @@ namespace {
 namespace fs = std::filesystem;
 using egress_testing::TestHost;
 
-class StateDir {
-  public:
-    StateDir() {
-        std::string pattern = "/tmp/maf-egress-rt-XXXXXX";
-        if (::mkdtemp(pattern.data()) == nullptr) {
-            throw std::runtime_error("mkdtemp failed");
-        }
-        path_ = pattern;  // 0700 root: the proxy must not need to traverse it
-    }
-    StateDir(const StateDir&) = delete;
-    StateDir& operator=(const StateDir&) = delete;
-    ~StateDir() {
-        std::error_code ignored;
-        fs::remove_all(path_, ignored);
-    }
-    const fs::path& path() const { return path_; }
-
-  private:
-    fs::path path_;
-};
+// 0700 root (mkdtemp): the proxy must not need to traverse it.
+using StateDir = ::maf_sandbox::testing::TempDir;
 
 LocalBackendConfig config_for(const StateDir& state, const TestHost& host) {
     const fs::path hosts = state.path() / "egress-hosts";

@@ -18,6 +18,7 @@
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/emulator/emulator_process.hpp"
 #include "maf_sandbox/net/http_client.hpp"
+#include "test_dirs.hpp"
 
 namespace maf_sandbox::emulator::testing {
 
@@ -30,24 +31,7 @@ inline const std::string kGroup =
     "group-test";
 inline const std::string kApi = "api-version=2026-02-01-preview";
 
-class TempDir {
-  public:
-    TempDir() {
-        std::string pattern = "/tmp/maf-emu-XXXXXX";
-        if (::mkdtemp(pattern.data()) == nullptr) {
-            throw std::runtime_error("mkdtemp failed");
-        }
-        path_ = pattern;
-    }
-    ~TempDir() {
-        std::error_code ignored;
-        std::filesystem::remove_all(path_, ignored);
-    }
-    const std::filesystem::path& path() const { return path_; }
-
-  private:
-    std::filesystem::path path_;
-};
+using TempDir = ::maf_sandbox::testing::TempDir;
 
 // One acas-emulator process (the shared launcher) with the arguments every test here uses;
 // SIGTERM on destruction. Each launch logs to its own file in `state` (restart tests launch twice).

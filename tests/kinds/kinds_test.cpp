@@ -19,6 +19,7 @@
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/kinds/codeact.hpp"
 #include "maf_sandbox/kinds/shell.hpp"
+#include "test_dirs.hpp"
 
 namespace maf_sandbox::kinds {
 namespace {
@@ -27,21 +28,7 @@ namespace fs = std::filesystem;
 using testing::HostShellBackend;
 using testing::HostShellBackendOptions;
 
-class TempDir {
-  public:
-    TempDir() {
-        char pattern[] = "/tmp/maf-kinds-test-XXXXXX";
-        path_ = ::mkdtemp(pattern);
-    }
-    ~TempDir() {
-        std::error_code ignored;
-        fs::remove_all(path_, ignored);
-    }
-    const fs::path& path() const { return path_; }
-
-  private:
-    fs::path path_;
-};
+using testing::TempDir;
 
 void write_host_file(const fs::path& path, const std::string& content) {
     fs::create_directories(path.parent_path());

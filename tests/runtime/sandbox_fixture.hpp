@@ -13,29 +13,11 @@
 
 #include "maf_sandbox/runtime/images.hpp"
 #include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "test_dirs.hpp"
 
 namespace maf_sandbox::runtime::testing {
 
-class StateDir {
-  public:
-    StateDir() {
-        std::string pattern = "/tmp/maf-rt-XXXXXX";
-        if (::mkdtemp(pattern.data()) == nullptr) {
-            throw std::runtime_error("mkdtemp failed");
-        }
-        path_ = pattern;
-    }
-    StateDir(const StateDir&) = delete;
-    StateDir& operator=(const StateDir&) = delete;
-    ~StateDir() {
-        std::error_code ignored;
-        std::filesystem::remove_all(path_, ignored);
-    }
-    const std::filesystem::path& path() const { return path_; }
-
-  private:
-    std::filesystem::path path_;
-};
+using StateDir = ::maf_sandbox::testing::TempDir;
 
 inline SandboxLaunch host_launch(const std::filesystem::path& state, const std::string& id) {
     ImageStore images(state);

@@ -24,6 +24,7 @@
 #include "maf_sandbox/runtime/guest_fs.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
 #include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "test_dirs.hpp"
 
 #ifndef MAF_SECURITY_PROBE
 #error "the build passes the probe's path as MAF_SECURITY_PROBE"
@@ -37,27 +38,7 @@ inline constexpr const char* kWork = "/maf-sandbox/work";
 inline constexpr const char* kProbe = "/maf-sandbox/work/.probe";
 inline constexpr Seconds kExecTimeout{30.0};
 
-// A host directory under /tmp, removed with everything in it however the test ends.
-class TempDir {
-  public:
-    explicit TempDir(const char* prefix = "maf-sec") {
-        std::string pattern = fmt::format("/tmp/{}-XXXXXX", prefix);
-        if (::mkdtemp(pattern.data()) == nullptr) {
-            throw std::runtime_error("mkdtemp failed");
-        }
-        path_ = pattern;
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    ~TempDir() {
-        std::error_code ignored;
-        fs::remove_all(path_, ignored);
-    }
-    const fs::path& path() const { return path_; }
-
-  private:
-    fs::path path_;
-};
+using TempDir = ::maf_sandbox::testing::TempDir;
 
 inline std::string slurp(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);

@@ -1,8 +1,8 @@
-// The REST client of the ACAS data plane (acas-rest-api.md section 4), over net::HttpClient with
-// an Azure token. One client belongs to one executor. Every call carries a deadline, an
+// The REST client of the ACAS data plane (docs/acas-rest-api.md section 4), over net::HttpClient
+// with an Azure token. One client belongs to one executor. Every call carries a deadline, an
 // x-ms-client-request-id and the api-version below; no call ever goes to the ARM control plane.
 //
-// Retries (issue 6 item 1): an idempotent request (GET, file PUT, DELETE, and the POSTs whose
+// Retries: an idempotent request (GET, file PUT, DELETE, and the POSTs whose
 // effect is a replace: lifecycle, mkdir) retries transport failures and 408/429/5xx (not 501/505)
 // up to RetryPolicy::max_attempts within its deadline, with capped exponential backoff that
 // honours Retry-After, retry-after-ms and x-ms-retry-after-ms. A 403 is retried for

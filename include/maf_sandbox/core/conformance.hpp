@@ -1,6 +1,7 @@
-// The conformance suite as a library (protocol.md 6): the FILES_OUT, FILES_IN, EXEC, FILES_DELETE
-// and EGRESS suites, runnable against any backend through a ConformanceSubject. Each probe is one
-// behaviour a backend must have, named as in the protocol, with a sentence saying why it is there.
+// The conformance suite as a library (docs/protocol.md 6): the FILES_OUT, FILES_IN, EXEC,
+// FILES_DELETE and EGRESS suites, runnable against any backend through a ConformanceSubject. Each
+// probe is one behaviour a backend must have, named as in the protocol, with a sentence saying why
+// it is there.
 //
 // Runner semantics: a subject that lacks the suite's gate capability is refused (InvalidArgument),
 // never skipped into a hollow success; a probe needing a capability the subject lacks is skipped

@@ -1,6 +1,6 @@
-// File transfer through the guest's own shell (protocol.md 5.9), for backends whose only channel
-// into the guest is exec: content goes in as base64 chunks into a staged sibling that is renamed
-// over the target, so a reader never sees a half-written file.
+// File transfer through the guest's own shell (docs/protocol.md 5.9), for backends whose only
+// channel into the guest is exec: content goes in as base64 chunks into a staged sibling that is
+// renamed over the target, so a reader never sees a half-written file.
 #pragma once
 
 #include <cstddef>

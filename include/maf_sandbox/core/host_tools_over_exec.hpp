@@ -1,7 +1,7 @@
-// Host tools over exec (protocol.md 5.7): a guest program calls tools that run on the host, with
-// exec as the only channel. The program runs detached under a launcher; it asks through request
-// files that the host polls for and answers with response files, and reports its exit code through
-// a file written by rename, so a half-written code is never read.
+// Host tools over exec (docs/protocol.md 5.7): a guest program calls tools that run on the host,
+// with exec as the only channel. The program runs detached under a launcher; it asks through
+// request files that the host polls for and answers with response files, and reports its exit code
+// through a file written by rename, so a half-written code is never read.
 #pragma once
 
 #include <cstdint>

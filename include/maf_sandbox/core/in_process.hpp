@@ -1,4 +1,4 @@
-// An in-process fake backend (isolation none) for tests and the default demo (protocol.md 7).
+// An in-process fake backend (isolation none) for tests and the default demo (docs/protocol.md 7).
 // Files live in memory; exec and run_code are scripted, never executed. Every path method confines
 // through paths.hpp exactly as a real backend must, so it answers the FILES_OUT conformance probes.
 // What it cannot model: a planted link has no target, so green here means the shape of the

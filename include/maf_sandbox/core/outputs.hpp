@@ -1,6 +1,6 @@
-// Output collection and landing (protocol.md 5.2): a spec's declared outputs are stat-ed, capped,
-// read and handed to the host's sink, in an order that refuses before it reads and reads before it
-// delivers.
+// Output collection and landing (docs/protocol.md 5.2): a spec's declared outputs are stat-ed,
+// capped, read and handed to the host's sink, in an order that refuses before it reads and reads
+// before it delivers.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // Guest path arithmetic (POSIX semantics, never host paths) and the symlinked-ancestor walk that
-// confines every path-taking Sandbox method (protocol.md 5.1 and 8.8).
+// confines every path-taking Sandbox method (docs/protocol.md 5.1 and 8.8).
 #pragma once
 
 #include <functional>

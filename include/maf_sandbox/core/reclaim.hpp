@@ -1,5 +1,6 @@
-// Per-call reclaim (protocol.md 5.3): removing one call's guest directory in a `finally`, where a
-// failure must become a reason to log, never an exception that masks the call's own outcome.
+// Per-call reclaim (docs/protocol.md 5.3): removing one call's guest directory in a `finally`,
+// where a failure must become a reason to log, never an exception that masks the call's own
+// outcome.
 #pragma once
 
 #include <optional>

@@ -1,6 +1,6 @@
 // The router: the one place where the host's security policy meets a backend's declarations.
-// It selects one backend at construction (protocol.md 4.1) and refuses, per spec, anything that
-// backend cannot honour (4.2). It never substitutes another backend and never degrades a spec.
+// It selects one backend at construction (docs/protocol.md 4.1) and refuses, per spec, anything
+// that backend cannot honour (4.2). It never substitutes another backend and never degrades a spec.
 #pragma once
 
 #include <memory>
@@ -74,7 +74,7 @@ class SandboxRouter {
     //      -> SandboxTransferLimitsNotPermitted (refused, never clamped);
     //   9. the spec's egress mode not among the backend's egress_modes
     //      -> SandboxEgressNotEnforced.
-    // Steps 1-3, 4, 7, 8 and 9 are protocol.md 4.2 in its order; 5 and 6 follow the capability
+    // Steps 1-3, 4, 7, 8 and 9 are docs/protocol.md 4.2 in its order; 5 and 6 follow the capability
     // check because both are "the backend cannot do this" refusals of the same family.
     // With no backend registered it returns silently: nothing can run anyway.
     void ensure_can_serve(const SandboxSpec& spec) const;

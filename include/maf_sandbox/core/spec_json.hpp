@@ -1,7 +1,7 @@
 // A SandboxSpec as JSON, for front ends (`maf-sandbox check --spec`) and config files.
 //
 // The object's fields are SandboxSpecFields' names, snake_case, with `requires` standing for
-// requires_capabilities (protocol.md 2.5):
+// requires_capabilities (docs/protocol.md 2.5):
 //   kind (string, required), image, image_id, work_dir (string or null), egress_allow (array of
 //   strings; "METHOD host" is a method-scoped rule), labels (object of strings), requires (array
 //   of capability names), min_isolation (rung or null), declared_outputs (array of objects

@@ -1,6 +1,6 @@
 // The protocol's data types: what a workload asks for (SandboxSpec), who asks (SandboxKey), what a
 // backend promises (BackendDeclarations) and what comes back (ExecResult, SandboxEntry, disposal
-// results). Field names follow protocol.md sections 2.5 and 8.
+// results). Field names follow docs/protocol.md sections 2.5 and 8.
 #pragma once
 
 #include <chrono>
@@ -69,7 +69,7 @@ struct DeclaredOutput {
 
 // --- Host tools ---------------------------------------------------------------------------------
 
-// What a host-tool registry declares about the tools a run may call (protocol.md 5.6 and 8.7).
+// What a host-tool registry declares about the tools a run may call (docs/protocol.md 5.6 and 8.7).
 struct HostToolAggregate {
     std::optional<SourceIntegrity> result_integrity;
     std::set<std::string> outbound_caps;

@@ -1,7 +1,7 @@
 // The exec wire's host side as an Asio awaitable: runs on the caller's executor, so an exec costs
-// no thread hop there and back (issue 3's round trip on a 2-vCPU host). The blocking client,
-// runtime::call_exec, stays for front ends without an event loop; both share the wire's encoding,
-// checks, caps and error wording (maf_sandbox/runtime/exec_protocol.hpp).
+// no thread hop there and back (a visible part of a round trip on a small host). The blocking
+// client, runtime::call_exec, stays for front ends without an event loop; both share the wire's
+// encoding, checks, caps and error wording (maf_sandbox/runtime/exec_protocol.hpp).
 #pragma once
 
 #include <chrono>

@@ -31,9 +31,9 @@ inline constexpr const char* kCgroupRoot = "/sys/fs/cgroup";
 // (perf) How a new process joins a v1 cgroup: "0" written to `tasks` moves the writing thread
 // alone, which the kernel does under cgroup_mutex only; the same write to cgroup.procs moves a
 // whole thread group and takes the global cgroup_threadgroup_rwsem for writing, whose first
-// writer after a quiet spell waits out an RCU grace period (3-13 ms measured here, one or more per
-// sandbox launch). For a single-threaded process, which every joiner here is (a child fresh from
-// fork), both leave the same process in the same cgroup.
+// writer after a quiet spell waits out an RCU grace period (one or more per sandbox launch). For a
+// single-threaded process, which every joiner here is (a child fresh from fork), both leave the
+// same process in the same cgroup.
 inline constexpr const char* kV1SelfJoinFile = "tasks";
 
 // Throws SystemError when /sys/fs/cgroup is neither a tmpfs of v1 hierarchies nor cgroup2.

@@ -4,7 +4,7 @@
 // RESOLVE_NO_MAGICLINKS) relative to the root fd, so checking a path and opening it are one atomic
 // kernel step: a link swapped in mid-operation fails the resolution instead of redirecting it
 // outside the root. This is stronger than ACAS, whose stat-then-act walk has a documented
-// confinement residual (protocol.md 3.1 "walk and write are not atomic").
+// confinement residual (docs/protocol.md 3.1: the walk and the write are not one atomic step).
 //
 // Paths are absolute guest paths ("/maf-sandbox/work/a.txt"); confine them against the call's
 // working directory first (core paths.hpp). Methods are synchronous, fast and thread-safe (the

@@ -42,7 +42,7 @@ inline constexpr int kReadyFd = 3;
 inline constexpr int kCgroupFd = 4;
 // The fd the supervisor's JSON config arrives on (a memfd, read to its end). Not a path on the
 // command line: the sandbox's PID 1 is a fork of the supervisor, so its /proc/1/cmdline would show
-// the guest a host directory (issue 17, item 8).
+// the guest a host directory (the host's layout stays private).
 inline constexpr int kConfigFd = 5;
 // The fd holding the lock of the sandbox's host id claim (id_claims.hpp): PID 1 keeps it open (it
 // is close-on-exec, so no guest program has it) for as long as the sandbox lives.
@@ -50,7 +50,7 @@ inline constexpr int kIdClaimFd = 6;
 
 // (perf, cold acquire) The sandbox's cgroups, which the launcher creates while the supervisor
 // starts (its exec, its config, and with closed egress its mounts) instead of before: on two
-// cores the mkdirs and limit writes (about 0.5 ms here, four v1 hierarchies) overlap them. The
+// cores the mkdirs and limit writes (one set per v1 hierarchy) overlap them. The
 // supervisor joins them before anything of the sandbox runs: before it forks the egress proxy,
 // and in every case before it clones the sandbox's PID 1 (whose cgroup namespace is rooted there).
 struct CgroupPlacement {
@@ -84,8 +84,9 @@ struct SupervisorConfig {
     EgressPolicy egress;
     EgressOperatorOptions egress_operator;
     // (perf, cold acquire) The guest's seccomp filter as BPF, compiled once per launching process
-    // (guest_seccomp_program) instead of by every supervisor at start (0.2-0.3 ms of libseccomp
-    // here). Required: a config without it is refused, never run unfiltered.
+    // (guest_seccomp_program) instead of by every supervisor at start (libseccomp's compile is a
+    // visible part of a cold start). Required: a config without it is refused, never run
+    // unfiltered.
     std::vector<sock_filter> seccomp;
     // A one-shot sandbox (owner.hpp): the process whose end disposes it, watched from the host
     // side by the supervisor's owner watch (owner_watch.hpp). A pooled sandbox has no owner yet:

@@ -1,11 +1,11 @@
-// The live suite, mirroring the README's tests/test_acas_e2e.py (acas-rest-api.md 8.2): the real
-// data plane, skipped unless ACAS_SANDBOX_ENDPOINT and MAF_SANDBOX_ACAS_E2E_IMAGE name a sandbox
-// group and a guest image. Also read: ACAS_SANDBOX_SUBSCRIPTION_ID, ACAS_SANDBOX_RESOURCE_GROUP,
-// ACAS_SANDBOX_GROUP, ACAS_SANDBOX_REGISTRY, ACAS_SANDBOX_CA_FILE and ACAS_SANDBOX_TOKEN (else
-// the default Azure credential chain); MAF_SANDBOX_ACAS_E2E_PREBUILT overrides the prebuilt image
-// (default python-3.13). Most tests share one sandbox; the prebuilt probes boot a second.
-// Pointed at an acas-emulator (a loopback endpoint) it runs too, which is how it is kept honest
-// offline; the egress measurement needs the real service and skips there.
+// The live suite, mirroring the README's tests/test_acas_e2e.py (docs/acas-rest-api.md 8.2): the
+// real data plane, skipped unless ACAS_SANDBOX_ENDPOINT and MAF_SANDBOX_ACAS_E2E_IMAGE name a
+// sandbox group and a guest image. Also read: ACAS_SANDBOX_SUBSCRIPTION_ID,
+// ACAS_SANDBOX_RESOURCE_GROUP, ACAS_SANDBOX_GROUP, ACAS_SANDBOX_REGISTRY, ACAS_SANDBOX_CA_FILE and
+// ACAS_SANDBOX_TOKEN (else the default Azure credential chain); MAF_SANDBOX_ACAS_E2E_PREBUILT
+// overrides the prebuilt image (default python-3.13). Most tests share one sandbox; the prebuilt
+// probes boot a second. Pointed at an acas-emulator (a loopback endpoint) it runs too, which is how
+// it is kept honest offline; the egress measurement needs the real service and skips there.
 #include <gtest/gtest.h>
 
 #include <chrono>

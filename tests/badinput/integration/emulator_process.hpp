@@ -10,29 +10,11 @@
 #include <vector>
 
 #include "maf_sandbox/emulator/emulator_process.hpp"
+#include "test_dirs.hpp"
 
 namespace maf_sandbox::badinput {
 
-class TempDir {
-  public:
-    TempDir() {
-        std::string pattern = "/tmp/maf-badinput-XXXXXX";
-        if (::mkdtemp(pattern.data()) == nullptr) {
-            throw std::runtime_error("mkdtemp failed");
-        }
-        path_ = pattern;
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    ~TempDir() {
-        std::error_code ignored;
-        std::filesystem::remove_all(path_, ignored);
-    }
-    const std::filesystem::path& path() const { return path_; }
-
-  private:
-    std::filesystem::path path_;
-};
+using TempDir = ::maf_sandbox::testing::TempDir;
 
 // The shared launcher with this battery's token and alias, plain HTTP unless `tls`.
 class EmulatorProcess : public emulator::EmulatorProcess {

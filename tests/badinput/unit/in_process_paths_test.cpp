@@ -1,5 +1,5 @@
-// The in-process fake backend (protocol.md 7) refuses every bad path the way a real backend must,
-// and a refusal changes nothing in its stores.
+// The in-process fake backend (docs/protocol.md 7) refuses every bad path the way a real backend
+// must, and a refusal changes nothing in its stores.
 #include <gtest/gtest.h>
 
 #include <boost/asio/io_context.hpp>

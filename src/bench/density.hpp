@@ -1,4 +1,4 @@
-// The `density` scenario of `maf-sandbox bench` (issue 9): how many idle sandboxes one host holds
+// The `density` scenario of `maf-sandbox bench`: how many idle sandboxes one host holds
 // at once, and what each costs in host memory beyond its workload.
 #pragma once
 
@@ -12,7 +12,7 @@
 
 #include "maf_sandbox/local/local_backend.hpp"
 
-namespace maf_sandbox::cli {
+namespace maf_sandbox::bench {
 
 // What the scenario's own sandboxes left behind after disposal (the bench's churn leak check).
 struct DensityLeaks {
@@ -29,7 +29,7 @@ using DensityLeakCheck = std::function<DensityLeaks(const std::set<std::string>&
 // are then for the sandboxes made, and `stopped_by` says why); it never throws for that, and
 // every sandbox made is disposed whatever happens. Returns the scenario's JSON object (name
 // `density`; fields in BENCHMARKS.md).
-boost::json::object bench_density(local::LocalBackend& backend, int sandboxes,
-                                  const DensityLeakCheck& leftovers, spdlog::logger& log);
+boost::json::object density_scenario(local::LocalBackend& backend, int sandboxes,
+                                     const DensityLeakCheck& leftovers, spdlog::logger& log);
 
-}  // namespace maf_sandbox::cli
+}  // namespace maf_sandbox::bench

@@ -10,7 +10,7 @@
 
 #include <boost/json.hpp>
 
-namespace maf_sandbox::cli {
+namespace maf_sandbox::bench {
 
 // /proc/meminfo, in bytes per field ("MemAvailable", "Slab", ...).
 using MemInfo = std::map<std::string, std::uint64_t>;
@@ -43,4 +43,4 @@ struct SandboxMemory {
 };
 SandboxMemory read_sandbox_memory(const std::set<std::string>& ids);
 
-}  // namespace maf_sandbox::cli
+}  // namespace maf_sandbox::bench

@@ -1,4 +1,4 @@
-#include "bench_acas.hpp"
+#include "acas_scenarios.hpp"
 
 #include <stdlib.h>
 
@@ -19,21 +19,21 @@
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/core/types.hpp"
 #include "maf_sandbox/emulator/emulator_process.hpp"
+#include "measure.hpp"
 
-namespace maf_sandbox::cli {
+namespace maf_sandbox::bench {
 
 namespace {
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
-using Clock = std::chrono::steady_clock;
 
 constexpr const char* kToken = "bench-token";
 constexpr const char* kScope = "bench";
 constexpr const char* kThread = "acas";
 
-// Per scenario. The quick plan's acas part takes about 6 s (a cold acquire through the
-// emulator is 40-200 ms); a 32 MiB write is ~700 guest commands, about 15 s.
+// Per scenario. The quick plan keeps the acas part to seconds; a 32 MiB write goes through the
+// guest as hundreds of commands, so a quick run has none unless the scenario is named in full.
 struct Samples {
     int cold, warm, exec, small_files, big_files;
 };
@@ -43,10 +43,6 @@ Samples samples_for(bool quick) {
         return {20, 200, 100, 30, 0};
     }
     return {200, 2000, 1000, 300, 5};
-}
-
-double ms_since(Clock::time_point start) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
 // The same spec on both sides; the emulator maps the `host` image onto the local runtime's.
@@ -314,8 +310,8 @@ AcasScenario files(Rig& rig, std::size_t size, int samples, const std::string& l
 
 }  // namespace
 
-void bench_acas(local::LocalBackend& local, const AcasBenchOptions& options,
-                const std::function<void(AcasScenario)>& add, spdlog::logger& log) {
+void acas_scenarios(local::LocalBackend& local, const AcasBenchOptions& options,
+                    const std::function<void(AcasScenario)>& add, spdlog::logger& log) {
     const auto executable = emulator::emulator_next_to_self();
     if (!executable) {
         log.warn(
@@ -352,4 +348,4 @@ void bench_acas(local::LocalBackend& local, const AcasBenchOptions& options,
     }
 }
 
-}  // namespace maf_sandbox::cli
+}  // namespace maf_sandbox::bench

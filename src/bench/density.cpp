@@ -1,5 +1,5 @@
-// The `density` scenario of `maf-sandbox bench` (issue 9: at least 1,000 idle sandboxes at once, at
-// most 2 MiB of host memory each beyond the workload).
+// The `density` scenario of `maf-sandbox bench`: how many idle sandboxes one host holds at once,
+// and what each costs in host memory beyond its workload (the target is in BENCHMARKS.md).
 //
 // Several measures, because none is exact alone on a shared machine. The drop of MemAvailable sees
 // everything the kernel spends (namespaces, cgroups, page tables, slab) but also whatever else
@@ -11,7 +11,7 @@
 // (their user-space pages, shared ones split fairly) plus the kernel's own accounts (slab, kernel
 // stacks, page tables, per-cpu) cross-check it, and the memory cgroups' usage is what the kernel
 // charged to the sandboxes.
-#include "bench_density.hpp"
+#include "density.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -28,15 +28,14 @@
 #include "host_memory.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/core/types.hpp"
+#include "measure.hpp"
 
-namespace maf_sandbox::cli {
+namespace maf_sandbox::bench {
 
 namespace {
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
-using Clock = std::chrono::steady_clock;
-
 // The scope label of every density sandbox: one list finds them all.
 constexpr const char* kScope = "bench-density";
 // Creating stops before MemAvailable falls below this: the machine is shared.
@@ -55,41 +54,12 @@ constexpr const char* kReportedFields[] = {"AnonPages",    "Shmem",      "Slab",
                                            "SReclaimable", "SUnreclaim", "KernelStack",
                                            "PageTables",   "Percpu",     "Cached"};
 
-double ms_since(Clock::time_point start) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
 double mib(double bytes) {
     return bytes / kMiB;
 }
 
 double difference(std::uint64_t before, std::uint64_t after) {
     return static_cast<double>(before) - static_cast<double>(after);
-}
-
-json::object stats_json(std::vector<double> samples) {
-    json::object out{{"n", samples.size()}, {"p50_ms", 0.0}, {"p95_ms", 0.0}, {"p99_ms", 0.0},
-                     {"mean_ms", 0.0},      {"min_ms", 0.0}, {"max_ms", 0.0}};
-    if (samples.empty()) {
-        return out;
-    }
-    std::sort(samples.begin(), samples.end());
-    const auto rank = [&](double q) {
-        const auto index =
-            static_cast<std::size_t>(std::ceil(q * static_cast<double>(samples.size()))) - 1;
-        return samples[std::min(index, samples.size() - 1)];
-    };
-    double sum = 0;
-    for (const double v : samples) {
-        sum += v;
-    }
-    out["p50_ms"] = rank(0.50);
-    out["p95_ms"] = rank(0.95);
-    out["p99_ms"] = rank(0.99);
-    out["mean_ms"] = sum / static_cast<double>(samples.size());
-    out["min_ms"] = samples.front();
-    out["max_ms"] = samples.back();
-    return out;
 }
 
 std::optional<std::string> read_line(const char* path) {
@@ -201,8 +171,8 @@ MemoryReading settled_reading() {
 
 }  // namespace
 
-json::object bench_density(local::LocalBackend& backend, int sandboxes,
-                           const DensityLeakCheck& leftovers, spdlog::logger& log) {
+json::object density_scenario(local::LocalBackend& backend, int sandboxes,
+                              const DensityLeakCheck& leftovers, spdlog::logger& log) {
     Teardown teardown(backend, log);
     const MemoryReading before = settled_reading();
     const MemInfo info_before = read_meminfo();
@@ -243,7 +213,7 @@ json::object bench_density(local::LocalBackend& backend, int sandboxes,
 
     json::object out{
         {"name", "density"},
-        {"stats", stats_json(creation.create_ms)},  // per create, for the common printout
+        {"stats", to_json(stats_of(creation.create_ms))},  // per create, for the common printout
         {"baseline", nullptr},
         {"baseline_stats", nullptr},
         {"sandboxes", sandboxes},
@@ -279,4 +249,4 @@ json::object bench_density(local::LocalBackend& backend, int sandboxes,
     return out;
 }
 
-}  // namespace maf_sandbox::cli
+}  // namespace maf_sandbox::bench

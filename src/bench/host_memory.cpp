@@ -14,7 +14,7 @@
 
 #include "maf_sandbox/core/errors.hpp"
 
-namespace maf_sandbox::cli {
+namespace maf_sandbox::bench {
 
 namespace {
 
@@ -176,4 +176,4 @@ SandboxMemory read_sandbox_memory(const std::set<std::string>& ids) {
     return held;
 }
 
-}  // namespace maf_sandbox::cli
+}  // namespace maf_sandbox::bench

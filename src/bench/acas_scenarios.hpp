@@ -1,4 +1,4 @@
-// The `acas_` scenarios of `maf-sandbox bench` (issue 9): the bench's operations through an
+// The `acas_` scenarios of `maf-sandbox bench`: the bench's operations through an
 // acas-emulator and AcasBackend, each sample interleaved with the same operation on the bench's
 // local backend, with the HTTP requests each operation costs.
 #pragma once
@@ -13,7 +13,7 @@
 
 #include "maf_sandbox/local/local_backend.hpp"
 
-namespace maf_sandbox::cli {
+namespace maf_sandbox::bench {
 
 // One scenario's samples (ms), ours through the emulator and the local baseline, for the bench to
 // summarise as it does every scenario; `extra` goes into its JSON object as is
@@ -38,7 +38,7 @@ struct AcasBenchOptions {
 // its own temporary state directory), measures each wanted scenario against `local` and hands it
 // to `add`. When the emulator is missing or does not start, logs a warning and adds nothing.
 // The emulator, its sandboxes and its state directory are gone when this returns or throws.
-void bench_acas(local::LocalBackend& local, const AcasBenchOptions& options,
-                const std::function<void(AcasScenario)>& add, spdlog::logger& log);
+void acas_scenarios(local::LocalBackend& local, const AcasBenchOptions& options,
+                    const std::function<void(AcasScenario)>& add, spdlog::logger& log);
 
-}  // namespace maf_sandbox::cli
+}  // namespace maf_sandbox::bench
