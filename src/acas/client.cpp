@@ -171,7 +171,7 @@ std::string AcasClient::Impl::describe_request(const std::string& method,
     if (const auto at = path.find(group_path); at != std::string_view::npos)
         path.remove_prefix(at + group_path.size());
     else
-        path = "/";  // a page link elsewhere on the service: named by its method only
+        path = "/";  // a page link elsewhere on the service: only its method is named
     path = path.substr(0, path.find('?'));
     return fmt::format("{} {}", method, path.empty() ? "/" : path);
 }
