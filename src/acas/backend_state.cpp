@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "maf_sandbox/acas/errors.hpp"
+#include "maf_sandbox/core/labels.hpp"
 #include "maf_sandbox/net/http.hpp"
 
 namespace maf_sandbox::acas {
@@ -23,63 +24,90 @@ namespace maf_sandbox::acas {
 namespace asio = boost::asio;
 
 namespace {
-std::string lower(std::string text) {
-    for (auto& c : text)
-        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return text;
+AcasSandboxConfig validated(AcasSandboxConfig config) {
+    config.validate();
+    return config;
+}
+
+std::shared_ptr<spdlog::logger> log_of(const AcasSandboxConfig& config) {
+    return config.log ? config.log
+                      : std::make_shared<spdlog::logger>(
+                            "acas", std::make_shared<spdlog::sinks::null_sink_mt>());
+}
+
+std::shared_ptr<ClientPool> pool_of(const AcasSandboxConfig& config, bool emulator,
+                                    std::shared_ptr<spdlog::logger> log) {
+    AcasClientOptions options;
+    options.endpoint = config.endpoint;
+    options.subscription_id = config.subscription_id;
+    options.resource_group = config.resource_group;
+    options.sandbox_group = config.sandbox_group;
+    options.ca_file = config.ca_file;
+    options.emulator = emulator;
+    options.retry = config.retry;
+    options.log = std::move(log);
+    return std::make_shared<ClientPool>(
+        std::move(options),
+        ClientPoolLimits{config.max_clients_per_loop, config.client_idle, config.client_wait});
+}
+
+[[noreturn]] void refuse_closed() {
+    throw AcasBackendClosed(
+        "this ACAS backend was closed and refuses new work; create a new backend");
 }
 }  // namespace
 
-EgressRecord egress_of(const SandboxSpec& spec) {
-    EgressRecord record;
-    record.mode = spec->egress;
-    for (const auto& host : spec->egress_allow)
-        record.hosts.insert(lower(host));
-    if (record.mode == Egress::allowlist && record.hosts.empty())
-        record.mode = Egress::closed;
-    return record;
+std::map<std::string, std::string> key_selector(const SandboxKey& key,
+                                                const std::optional<std::string>& kind) {
+    auto labels = scope_selector(key.scope, key.thread_id);
+    labels["agent"] = label_value(key.agent_dir);
+    if (!key.call_id.empty())
+        labels["call"] = label_value(key.call_id);
+    if (kind)
+        labels["kind"] = label_value(*kind);
+    return labels;
 }
 
-EgressRecord egress_of(const SandboxInfo& info) {
-    EgressRecord record;
-    if (net::iequals(info.egress_default_action, "Allow")) {
-        record.mode = Egress::unrestricted;
-        return record;
-    }
-    for (const auto& host : info.egress_hosts)
-        record.hosts.insert(lower(host));
-    record.mode = record.hosts.empty() ? Egress::closed : Egress::allowlist;
-    return record;
+void Lifecycle::enter() {
+    std::lock_guard lock(mutex_);
+    if (closed_)
+        refuse_closed();
+    ++active_;
 }
 
-std::string describe(const EgressRecord& record) {
-    std::string hosts;
-    for (const auto& host : record.hosts)
-        hosts += (hosts.empty() ? "" : ", ") + host;
-    return fmt::format("{}{}{}{}", to_string(record.mode), hosts.empty() ? "" : " [", hosts,
-                       hosts.empty() ? "" : "]");
+void Lifecycle::leave() {
+    std::lock_guard lock(mutex_);
+    --active_;
 }
 
-AcasBackend::State::State(AcasSandboxConfig c) : config(std::move(c)) {
-    config.validate();
-    emulator = config.emulator_mode();
-    log = config.log ? config.log
-                     : std::make_shared<spdlog::logger>(
-                           "acas", std::make_shared<spdlog::sinks::null_sink_mt>());
+void Lifecycle::close() {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
 }
+
+bool Lifecycle::closed() const {
+    std::lock_guard lock(mutex_);
+    return closed_;
+}
+
+int Lifecycle::active() const {
+    std::lock_guard lock(mutex_);
+    return active_;
+}
+
+AcasBackend::State::State(AcasSandboxConfig c)
+    : config(validated(std::move(c))),
+      emulator(config.emulator_mode()),
+      log(log_of(config)),
+      images(config.registry, config.image_hint),
+      pool(pool_of(config, emulator, log)) {}
 
 AcasBackend::State::Operation::Operation(std::shared_ptr<State> state) : state_(std::move(state)) {
-    std::lock_guard lock(state_->mutex);
-    if (state_->closed) {
-        throw AcasBackendClosed(
-            "this ACAS backend was closed and refuses new work; create a new backend");
-    }
-    ++state_->active;
+    state_->lifecycle.enter();
 }
 
 AcasBackend::State::Operation::~Operation() {
-    std::lock_guard lock(state_->mutex);
-    --state_->active;
+    state_->lifecycle.leave();
 }
 
 namespace {
@@ -153,129 +181,9 @@ Task<Binding> AcasBackend::State::resolve(AcasCredentialRequest request) {
 }
 
 Task<ClientLease> AcasBackend::State::lease(const Binding& binding) {
-    auto executor = co_await asio::this_coro::executor;
-    const void* context = &asio::query(executor, asio::execution::context);
-    const auto give_up = deadline_after(config.client_wait);
-    asio::steady_timer pause(executor);
-    for (;;) {
-        {
-            std::lock_guard lock(mutex);
-            if (closed) {
-                throw AcasBackendClosed(
-                    "this ACAS backend was closed and refuses new work; create a new backend");
-            }
-            // Time-based idle eviction, on this io_context only (a client is closed where it
-            // lives). It closes clients; sandboxes and held handles are untouched.
-            const auto now = SteadyClock::now();
-            const auto idle_for =
-                std::chrono::duration_cast<SteadyClock::duration>(config.client_idle);
-            std::erase_if(pool, [&](const std::shared_ptr<PoolEntry>& entry) {
-                if (entry->context != context || entry->leases > 0 ||
-                    now - entry->last_used < idle_for) {
-                    return false;
-                }
-                requests_of_closed_clients += entry->client->stats().requests;
-                entry->client->close();
-                return true;
-            });
-            std::shared_ptr<PoolEntry> idle_oldest;
-            std::size_t on_loop = 0;
-            for (const auto& entry : pool) {
-                if (entry->context != context)
-                    continue;
-                ++on_loop;
-                if (entry->authority == binding.authority &&
-                    entry->generation == binding.generation) {
-                    ++entry->leases;
-                    entry->last_used = SteadyClock::now();
-                    co_return ClientLease(shared_from_this(), entry);
-                }
-                if (entry->leases == 0 &&
-                    (!idle_oldest || entry->last_used < idle_oldest->last_used)) {
-                    idle_oldest = entry;
-                }
-            }
-            if (on_loop >= config.max_clients_per_loop && idle_oldest) {
-                // Idle eviction closes a client; it never touches sandboxes or held handles.
-                requests_of_closed_clients += idle_oldest->client->stats().requests;
-                idle_oldest->client->close();
-                std::erase(pool, idle_oldest);
-                --on_loop;
-            }
-            if (on_loop < config.max_clients_per_loop) {
-                auto entry = std::make_shared<PoolEntry>();
-                entry->executor = executor;
-                entry->context = context;
-                entry->authority = binding.authority;
-                entry->generation = binding.generation;
-                entry->credential = binding.factory(executor);
-                if (!entry->credential) {
-                    throw AcasCredentialError("the credential factory returned no credential");
-                }
-                AcasClientOptions options;
-                options.endpoint = config.endpoint;
-                options.subscription_id = config.subscription_id;
-                options.resource_group = config.resource_group;
-                options.sandbox_group = config.sandbox_group;
-                options.ca_file = config.ca_file;
-                options.credential = entry->credential;
-                options.emulator = emulator;
-                options.retry = config.retry;
-                options.log = log;
-                entry->client = std::make_shared<AcasClient>(executor, std::move(options));
-                entry->leases = 1;
-                entry->last_used = SteadyClock::now();
-                pool.push_back(entry);
-                co_return ClientLease(shared_from_this(), entry);
-            }
-        }
-        if (SteadyClock::now() >= give_up) {
-            throw AcasCredentialError(
-                "no ACAS client became free within client_wait_seconds (max_clients_per_loop "
-                "reached); raise the limit or lower concurrency");
-        }
-        pause.expires_after(std::chrono::milliseconds(20));
-        co_await pause.async_wait(asio::use_awaitable);
-    }
-}
-
-bool AcasBackend::State::image_hint_refuses(const std::string& image) {
-    std::lock_guard lock(mutex);
-    const auto found = image_hints.find(image);
-    if (found == image_hints.end())
-        return false;
-    if (SteadyClock::now() >= found->second.expires) {
-        image_hints.erase(found);
-        return false;
-    }
-    return found->second.refused;
-}
-
-void AcasBackend::State::record_image_verdict(const std::string& image, std::uint64_t generation,
-                                              bool refused) {
-    if (image.empty())
-        return;
-    std::lock_guard lock(mutex);
-    const auto found = image_hints.find(image);
-    if (found != image_hints.end() && found->second.generation > generation)
-        return;  // a probe that started later already answered
-    const auto ttl = std::chrono::duration_cast<SteadyClock::duration>(config.image_hint);
-    image_hints[image] = ImageHint{SteadyClock::now() + ttl, generation, refused};
-}
-
-std::shared_ptr<detail::AsyncMutex> AcasBackend::State::lock_for(const SlotKey& slot) {
-    std::lock_guard lock(mutex);
-    auto& entry = locks[slot];
-    if (!entry)
-        entry = std::make_shared<detail::AsyncMutex>();
-    return entry;
-}
-
-void AcasBackend::State::observe(const AcasClient& client) {
-    if (const auto seen = client.emulator_rung()) {
-        std::lock_guard lock(mutex);
-        rung = seen;
-    }
+    if (lifecycle.closed())
+        refuse_closed();
+    co_return co_await pool->lease(binding);
 }
 
 Task<std::optional<DisposalFailure>> AcasBackend::State::delete_and_wait(AcasClient& client,
@@ -311,22 +219,9 @@ Task<std::optional<DisposalFailure>> AcasBackend::State::delete_and_wait(AcasCli
 
 bool AcasBackend::State::mark_invalid(const std::shared_ptr<HeldSandbox>& sandbox,
                                       const std::string& reason) {
-    if (sandbox->invalidated.exchange(true)) {
+    // Owed until the deletion succeeds: acquire for this key and kind waits for it.
+    if (!slots.invalidate(sandbox, reason))
         return false;  // someone else is already disposing it
-    }
-    const SlotKey slot{sandbox->key, sandbox->kind};
-    std::lock_guard lock(mutex);
-    if (auto found = held.find(slot); found != held.end() && found->second == sandbox) {
-        held.erase(found);
-    }
-    // Retained until the deletion succeeds: acquire for this key and kind waits for it.
-    retained[slot].insert(sandbox->id);
-    if (sandbox->handed_out) {
-        replaced[slot] = SandboxReplacement{
-            sandbox->id, fmt::format("the backend discarded sandbox {} ({}); its files and "
-                                     "processes are gone",
-                                     sandbox->id, reason)};
-    }
     log->warn("sandbox {} invalidated ({}); disposing it", sandbox->id, reason);
     return true;
 }
@@ -352,7 +247,7 @@ Task<void> AcasBackend::State::invalidate(std::shared_ptr<HeldSandbox> sandbox,
 }
 
 Task<void> AcasBackend::State::dispose_invalidated(std::shared_ptr<HeldSandbox> sandbox) {
-    const SlotKey slot{sandbox->key, sandbox->kind};
+    const auto slot = sandbox->slot();
     co_await asio::this_coro::reset_cancellation_state();
     std::optional<DisposalFailure> failure;
     try {
@@ -363,46 +258,12 @@ Task<void> AcasBackend::State::dispose_invalidated(std::shared_ptr<HeldSandbox> 
         failure = DisposalFailure{DisposalCode::unreachable, e.what()};
     }
     if (!failure) {
-        std::lock_guard lock(mutex);
-        if (auto found = retained.find(slot); found != retained.end()) {
-            found->second.erase(sandbox->id);
-            if (found->second.empty())
-                retained.erase(found);
-        }
+        slots.settle(slot, sandbox->id);
     } else {
         log->warn(
             "sandbox {} could not be disposed after invalidation; the next acquire retries: {}",
             sandbox->id, failure->detail);
     }
-}
-
-ClientLease::ClientLease(std::shared_ptr<AcasBackend::State> state,
-                         std::shared_ptr<AcasBackend::State::PoolEntry> entry)
-    : state_(std::move(state)), entry_(std::move(entry)) {}
-
-ClientLease::ClientLease(ClientLease&& other) noexcept
-    : state_(std::move(other.state_)), entry_(std::move(other.entry_)) {}
-
-ClientLease& ClientLease::operator=(ClientLease&& other) noexcept {
-    release();
-    state_ = std::move(other.state_);
-    entry_ = std::move(other.entry_);
-    return *this;
-}
-
-ClientLease::~ClientLease() {
-    release();
-}
-
-void ClientLease::release() {
-    if (!entry_)
-        return;
-    state_->observe(*entry_->client);
-    std::lock_guard lock(state_->mutex);
-    --entry_->leases;
-    entry_->last_used = SteadyClock::now();
-    entry_.reset();
-    state_.reset();
 }
 
 }  // namespace maf_sandbox::acas

@@ -14,6 +14,7 @@
 
 #include "client_impl.hpp"
 #include "maf_sandbox/acas/errors.hpp"
+#include "maf_sandbox/core/error_context.hpp"
 #include "maf_sandbox/net/http_client.hpp"
 
 namespace maf_sandbox::acas {
@@ -162,10 +163,35 @@ void AcasClient::Impl::observe_emulator_header(const net::HttpResponse& response
     rung_seen = rung;
 }
 
+std::string AcasClient::Impl::describe_request(const std::string& method,
+                                               const std::string& url) const {
+    std::string_view path = url;
+    if (path.starts_with(options.endpoint))
+        path.remove_prefix(options.endpoint.size());
+    if (const auto at = path.find(group_path); at != std::string_view::npos)
+        path.remove_prefix(at + group_path.size());
+    else
+        path = "/";  // a page link elsewhere on the service: only its method is named
+    path = path.substr(0, path.find('?'));
+    return fmt::format("{} {}", method, path.empty() ? "/" : path);
+}
+
 Task<net::HttpResponse> AcasClient::Impl::send(std::string method, std::string url,
                                                std::string body, std::string content_type,
                                                Replay replay, Deadline deadline,
                                                std::size_t max_response_bytes) {
+    auto doing = describe_request(method, url);
+    co_return co_await with_context(
+        std::move(doing),
+        send_with_retries(std::move(method), std::move(url), std::move(body),
+                          std::move(content_type), replay, deadline, max_response_bytes));
+}
+
+Task<net::HttpResponse> AcasClient::Impl::send_with_retries(std::string method, std::string url,
+                                                            std::string body,
+                                                            std::string content_type, Replay replay,
+                                                            Deadline deadline,
+                                                            std::size_t max_response_bytes) {
     const std::string request_id = detail::new_request_id();
     int attempt = 0;
     std::optional<SteadyClock::time_point> forbidden_since;

@@ -26,10 +26,17 @@ struct AcasClient::Impl {
     ~Impl();
 
     // Sends with the retry rules of `replay`; returns any answer the caller must classify (2xx,
-    // or a non-retryable 4xx such as 404/409), throws for the rest.
+    // or a non-retryable 4xx such as 404/409), throws for the rest, the error saying which
+    // request it was ("PUT /sandboxes: ...").
     Task<net::HttpResponse> send(std::string method, std::string url, std::string body,
                                  std::string content_type, Replay replay, Deadline deadline,
                                  std::size_t max_response_bytes = 64 * kMiB);
+    Task<net::HttpResponse> send_with_retries(std::string method, std::string url, std::string body,
+                                              std::string content_type, Replay replay,
+                                              Deadline deadline, std::size_t max_response_bytes);
+    // The request as an error names it: the method and the path below the sandbox group, never
+    // the endpoint, the subscription or the query (a guest path).
+    std::string describe_request(const std::string& method, const std::string& url) const;
     void observe_emulator_header(const net::HttpResponse& response);
 
     boost::asio::any_io_executor executor;

@@ -161,11 +161,7 @@ Task<void> run_acquire_probes(AcasBackend::State& state, AcasClient& client,
             std::lock_guard lock(held->probe_mutex);
             verdict = held->removal_verdict;
         } else {
-            std::uint64_t generation = 0;
-            {
-                std::lock_guard lock(state.mutex);
-                generation = ++state.probe_generation;
-            }
+            const auto generation = state.images.start_probe();
             verdict = co_await removal_probe(client, held->id, deadline, *state.log);
             {
                 std::lock_guard lock(held->probe_mutex);
@@ -174,7 +170,7 @@ Task<void> run_acquire_probes(AcasBackend::State& state, AcasClient& client,
             }
             // Only a completed verdict informs the image; an inconclusive one says nothing.
             if (verdict)
-                state.record_image_verdict(held->image, generation, !*verdict);
+                state.images.record_verdict(held->image, generation, !*verdict);
         }
         if (verdict == false) {
             if (needs(spec, Capability::files_out) || needs(spec, Capability::host_tools)) {

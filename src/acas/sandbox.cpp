@@ -74,7 +74,7 @@ std::string AcasSandbox::base_directory() const {
 
 void AcasSandbox::require_usable() const {
     if (held_->invalidated) {
-        throw SandboxOutputError(
+        throw SandboxInvalidated(
             "this sandbox was invalidated by an earlier failure and is being disposed; reacquire "
             "it");
     }
@@ -136,7 +136,7 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
                     "the guest lacks a command bounded capture needs (sh mkdir mkfifo head cat wc "
                     "dd base64 rm rmdir); see docs/acas.md for the image prerequisites");
             }
-            throw SandboxOutputError(fmt::format(
+            throw AcasExecCaptureFailed(fmt::format(
                 "the guest's capture answer was malformed or its scratch directory was replaced "
                 "(exit {}); the sandbox is disposed",
                 answer.exit_code));
@@ -163,7 +163,7 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
                     const auto expected =
                         std::min<std::uint64_t>(capture::kChunkBytes, sizes[s] - streams[s].size());
                     if (!bytes || bytes->size() != expected) {
-                        throw SandboxOutputError(
+                        throw AcasExecCaptureFailed(
                             "retrieving captured output from the guest failed; the sandbox is "
                             "disposed");
                     }

@@ -33,6 +33,20 @@ void throw_file_refused(FileRefusal refusal, const std::string& message) {
     throw SandboxFileRefused(refusal, message);
 }
 
+const char* Error::what() const noexcept {
+    return wrapped_ ? wrapped_->c_str() : std::runtime_error::what();
+}
+
+void Error::add_context(std::string_view doing) noexcept {
+    if (doing.empty())
+        return;
+    try {
+        wrapped_ = std::make_shared<const std::string>(fmt::format("{}: {}", doing, what()));
+    } catch (...) {
+        // Out of memory while unwinding: the error goes up without this layer's context.
+    }
+}
+
 SystemError::SystemError(int error_number, const std::string& doing, const std::string& remedy)
     : Error(describe_system_error(error_number, doing, remedy)), error_number_(error_number) {}
 

@@ -88,7 +88,7 @@ TEST(AcasAdmission, AcquireIsRefusedWhileARetainedDeletionOfItsKeyAndKindKeepsFa
     EXPECT_TRUE(h.service.sandbox(id));
     const auto deletes = h.service.count("DELETE", "/sandboxes/" + id);
 
-    EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec())), SandboxOutputError);
+    EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec())), SandboxCleanupPending);
     EXPECT_GT(h.service.count("DELETE", "/sandboxes/" + id), deletes);  // it retried first
     EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);                // and created nothing
     // Another key is not held back by this one's retained deletion.
@@ -123,7 +123,7 @@ TEST(AcasAdmission, DisposeWithoutAKindDeletesEveryKindAndAFailedOneIsRetainedFo
     EXPECT_TRUE(h.service.sandbox(codeact));
     // The failed kind is retained: acquiring it is refused, the other kind is free.
     EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec([](auto& f) { f.kind = "codeact"; }))),
-                 SandboxOutputError);
+                 SandboxCleanupPending);
     drive(h.io, backend->acquire(kKey, h.spec()));
     *refuse = false;
     EXPECT_FALSE(drive(h.io, backend->dispose(kKey, std::string("codeact"))));
@@ -154,7 +154,7 @@ TEST(AcasAdmission, AnInvalidatedSandboxMustBeDeletedBeforeItsKeyAndKindGetAnoth
             return refusal(409, "Conflict");
         return std::nullopt;
     });
-    EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec())), SandboxOutputError);
+    EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec())), SandboxCleanupPending);
     EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);
     *refuse = false;
     drive(h.io, backend->acquire(kKey, h.spec()));
@@ -191,7 +191,7 @@ TEST(AcasAdmission, AnActivePurgeRefusesAcquiresForItsConversationOnlyUntilItFin
             EXPECT_TRUE(reached);
             try {
                 co_await backend->acquire(kKey, h.spec());
-            } catch (const SandboxOutputError&) {
+            } catch (const SandboxCleanupPending&) {
                 refused_during_purge = true;
             }
             *release = true;
@@ -235,7 +235,7 @@ TEST(AcasAdmission, AcquiresStayRefusedUntilEveryOverlappingPurgeHasFinished) {
             try {
                 const auto spec = h.spec();
                 co_await backend->acquire(kKey, spec);
-            } catch (const SandboxOutputError&) {
+            } catch (const SandboxCleanupPending&) {
                 refused_after_second = true;  // the first purge is still running
             }
             *release = true;
@@ -269,7 +269,7 @@ TEST(AcasAdmission, ACancelledPurgeStopsRefusingAcquires) {
             try {
                 const auto spec = h.spec();
                 co_await backend->acquire(kKey, spec);
-            } catch (const SandboxOutputError&) {
+            } catch (const SandboxCleanupPending&) {
                 refused_while_purging = true;
             }
         };
@@ -413,12 +413,12 @@ TEST(AcasAdmission, AFailedResumeKeepsTheHeldRecordUntilItIsDisposed) {
         }
         return std::nullopt;
     });
-    EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec())), SandboxOutputError);
+    EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec())), SandboxTransientError);
     // Not replaced: the record stays, nothing new was created, the instance was not deleted.
     EXPECT_EQ(*backend->held_sandbox_id(kKey, "shell"), id);
     EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);
     EXPECT_EQ(h.service.count("DELETE", "/sandboxes/" + id), 0u);
-    EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec())), SandboxOutputError);
+    EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec())), SandboxTransientError);
     EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);
     // Explicit disposal clears it; the next acquire creates a new sandbox.
     *failed = false;
@@ -460,7 +460,7 @@ TEST(AcasAdmission, AnInvalidationDuringWorkDirectoryPreparationRefusesTheAcquir
     auto both = [&]() -> Task<void> {
         using namespace asio::experimental::awaitable_operators;
         auto again = [&]() -> Task<void> {
-            // Refused either by the final check (SandboxOutputError) or, when the background
+            // Refused either by the final check (SandboxInvalidated) or, when the background
             // deletion has already answered, by the base walk finding the sandbox gone.
             try {
                 const auto spec = h.spec();
@@ -518,7 +518,7 @@ TEST(AcasAdmission, CancellingAnExecDisposesTheSandbox) {
     EXPECT_FALSE(backend->held_sandbox_id(kKey, "shell"));
     ExecRequest request;
     request.command = std::string("true");
-    EXPECT_THROW(drive(h.io, sandbox->exec(request)), SandboxOutputError);
+    EXPECT_THROW(drive(h.io, sandbox->exec(request)), SandboxInvalidated);
 }
 
 }  // namespace

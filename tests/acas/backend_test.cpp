@@ -230,7 +230,7 @@ TEST(AcasBackend, AScratchDirectoryReplacedByALinkIsNeverReadAndDisposesTheSandb
     ExecRequest request;
     request.command = std::string(kScratchOfThisExec) + "mv \"$d\" " + shell_quote(moved) +
                       " && ln -s " + shell_quote(moved) + " \"$d\"; printf secret";
-    EXPECT_THROW(drive(h.io, sandbox->exec(request)), SandboxOutputError);
+    EXPECT_THROW(drive(h.io, sandbox->exec(request)), AcasExecCaptureFailed);
     EXPECT_FALSE(h.service.sandbox(id));  // outcome unknown: invalidated and disposed
 }
 
@@ -330,7 +330,7 @@ TEST(AcasBackend, AnExecFailingInFlightIsNeverResentAndDisposesTheSandbox) {
     EXPECT_THROW(drive(h.io, sandbox->exec(request)), AcasRequestOutcomeUnknown);
     EXPECT_EQ(h.service.count("POST", "/executeShellCommand"), execs_before + 1);
     EXPECT_FALSE(h.service.sandbox(id));  // invalidated and disposed
-    EXPECT_THROW(drive(h.io, sandbox->exec(request)), SandboxOutputError);
+    EXPECT_THROW(drive(h.io, sandbox->exec(request)), SandboxInvalidated);
 }
 
 TEST(AcasBackend, A429StormIsSurvivedWithoutLeakingASandbox) {

@@ -197,10 +197,10 @@ TEST(InProcessSandboxBackend, AcquireRecordsAndHandsOutTheSharedSandboxAtTheSpec
 
 TEST(InProcessSandboxBackend, AnAcquireErrorIsThrownAndNothingRecorded) {
     InProcessBackendOptions options;
-    options.acquire_error = std::make_exception_ptr(SandboxOutputError("pending cleanup"));
+    options.acquire_error = std::make_exception_ptr(SandboxCleanupPending("pending cleanup"));
     InProcessSandboxBackend backend(nullptr, options);
     EXPECT_THROW(run_blocking(backend.acquire({"s", "t", "a", ""}, spec_with())),
-                 SandboxOutputError);
+                 SandboxCleanupPending);
     EXPECT_TRUE(backend.keys().empty());
 }
 

@@ -179,7 +179,7 @@ void expect_replacement_reported(const json::object& faults) {
     EXPECT_THROW(run(rig.io(), *first, "echo once >> /tmp/runs"), acas::AcasRequestOutcomeUnknown);
     rig.set_faults({});
     // The failed handle itself refuses further work instead of pretending.
-    EXPECT_THROW(run(rig.io(), *first, "true"), SandboxOutputError);
+    EXPECT_THROW(run(rig.io(), *first, "true"), SandboxInvalidated);
 
     auto second = run_blocking(rig.io(), backend.acquire(key, shell_spec()));
     ASSERT_TRUE(second->replaced().has_value()) << "the blank sandbox was handed out silently";

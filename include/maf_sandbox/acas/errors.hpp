@@ -95,6 +95,15 @@ class AcasRequestOutcomeUnknown : public Error {
     std::string_view type_name() const noexcept override { return "AcasRequestOutcomeUnknown"; }
 };
 
+// The program ran, but the guest's answer to the bounded capture was malformed, its scratch
+// directory was replaced, or its output could not be read back: the result is lost and the
+// sandbox is disposed. Not retried for the caller, since the program may have had its effects.
+class AcasExecCaptureFailed : public Error {
+  public:
+    using Error::Error;
+    std::string_view type_name() const noexcept override { return "AcasExecCaptureFailed"; }
+};
+
 // An answer carried the acas-emulator's identifying header while emulator mode is off (or was
 // missing it while on): refusing to declare a rung the machine does not have.
 class AcasEmulatorMismatch : public InvalidArgument {

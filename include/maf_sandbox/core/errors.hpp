@@ -22,6 +22,21 @@ class Error : public std::runtime_error {
     explicit Error(const std::string& message) : std::runtime_error(message) {}
     // The class name as the CLI and logs print it ("SandboxEgressNotEnforced").
     virtual std::string_view type_name() const noexcept { return "Error"; }
+
+    // The message with every layer's context: "acquire ...: create sandbox: PUT /sandboxes: ...".
+    const char* what() const noexcept override;
+    // The message as first thrown, without the context the layers above added.
+    const char* cause() const noexcept { return std::runtime_error::what(); }
+    // crun's wrap: prefixes what this layer was doing ("create sandbox: <message>"). The error
+    // keeps its type and fields, so callers that catch by type still see it, innermost cause and
+    // all. Context names an operation and the ids involved, never a token, a secret or a
+    // provider's response body. The exception is its thrower's own while it unwinds, so this
+    // mutates it in place; nothing here hands one exception_ptr to two callers.
+    void add_context(std::string_view doing) noexcept;
+
+  private:
+    // Shared, so copying an exception (throw_with_nested, exception_ptr) never throws.
+    std::shared_ptr<const std::string> wrapped_;
 };
 
 #define MAF_SANDBOX_ERROR(Name, Base)                                          \
@@ -137,7 +152,6 @@ MAF_SANDBOX_ERROR(SandboxShellTransferFailed, Error);
 MAF_SANDBOX_ERROR(SandboxShellTransferUnfinished, Error);
 
 // --- Output collection and landing (SandboxOutputError family). ---------------------------------
-// Also raised when an acquire is refused while a retained disposal or scope purge is pending.
 MAF_SANDBOX_ERROR(SandboxOutputError, Error);
 MAF_SANDBOX_ERROR(SandboxOutputMissing, SandboxOutputError);
 MAF_SANDBOX_ERROR(SandboxOutputNotConfined, SandboxOutputError);
@@ -151,6 +165,20 @@ MAF_SANDBOX_ERROR(SandboxOutputSinkRequired, SandboxOutputError);
 MAF_SANDBOX_ERROR(SandboxArtifactNameInvalid, SandboxOutputError);
 MAF_SANDBOX_ERROR(SandboxArtifactNameCollision, SandboxOutputError);
 MAF_SANDBOX_ERROR(SandboxLandingExists, SandboxOutputError);
+
+// --- Retry later (SandboxTransientError family). -----------------------------------------------
+// The call was valid and refused only for now: the backend is still cleaning up, or the sandbox
+// was discarded after a failure. Nothing the caller asked for was done; the same call (an acquire,
+// or a reacquire for a discarded sandbox) can succeed once the cleanup finishes. Not a Timeout
+// (no deadline of the caller's expired) and not the output family (no output is involved).
+MAF_SANDBOX_ERROR(SandboxTransientError, Error);
+// An acquire refused while earlier sandboxes of its key are still being removed: a retained
+// deletion that has not succeeded yet, a scope purge of the conversation that is running, or a
+// dispose or purge that deleted the key's sandboxes while this acquire created one.
+MAF_SANDBOX_ERROR(SandboxCleanupPending, SandboxTransientError);
+// The sandbox was discarded after a failure (an exec whose outcome is unknown, a failed probe)
+// and is being disposed; acquire again for a new one.
+MAF_SANDBOX_ERROR(SandboxInvalidated, SandboxTransientError);
 
 // --- TimeoutError family: exactly "the caller's timeout expired", nothing else. -----------------
 MAF_SANDBOX_ERROR(Timeout, Error);
