@@ -22,6 +22,7 @@
 #include "maf_sandbox/core/shell_quote.hpp"
 #include "maf_sandbox/net/http.hpp"
 #include "probes.hpp"
+#include "replacement_notice.hpp"
 
 namespace maf_sandbox::acas {
 
@@ -30,8 +31,13 @@ namespace asio = boost::asio;
 namespace {
 
 constexpr const char* kAcquireLabel = "acquire";
-const std::set<std::string> kReservedLabels = {"scope", "thread", "agent",
-                                               "kind",  "call",   kAcquireLabel};
+const std::set<std::string> kReservedLabels = {"scope",
+                                               "thread",
+                                               "agent",
+                                               "kind",
+                                               "call",
+                                               kAcquireLabel,
+                                               replacement_notice::kReplacedFromLabel};
 
 std::string random_hex(std::size_t bytes) {
     std::vector<unsigned char> raw(bytes);
@@ -773,6 +779,8 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
             state->replaced.erase(found);
         }
     }
+    if (redirect)  // adopted from the service: a replacement another process made tells it here
+        co_await replacement_notice::take(*state, client, *redirect, *handle);
     co_return handle;
 }
 
