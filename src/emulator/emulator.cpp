@@ -1501,26 +1501,46 @@ struct Emulator::Impl : std::enable_shared_from_this<Impl> {
                         }
                     }
                     const auto local = fmt::format("acas-img-{}:latest", hex);
-                    try {
-                        auto job11 = [self, archive, local]() {
-                            self->engine->import_image(*archive, local);
-                        };
-                        co_await self->offload(job11);
-                        done.state = "Ready";
-                        done.local_image = local;
-                    } catch (const std::exception& e) {
-                        // The reason names host paths: logged, and the status says where it is.
-                        self->logger->error("disk image {}: importing '{}' failed: {}", doc.id,
-                                            doc.base, e.what());
-                        done.state = "Failed";
-                        done.message = fmt::format(
-                            "failed to import '{}'; the emulator's log has the reason", doc.base);
+                    // As a launch: an import refused for want of space (the runtime's images
+                    // share the state disk) is tried again while the image is still wanted and
+                    // within kLaunchRetryWindow, staying Pending; then it fails, saying why.
+                    const auto first_try = std::chrono::steady_clock::now();
+                    for (bool retrying = false;; retrying = true) {
+                        bool no_space = false;
+                        try {
+                            auto job11 = [self, archive, local]() {
+                                self->engine->import_image(*archive, local);
+                            };
+                            co_await self->offload(job11);
+                            done.state = "Ready";
+                            done.local_image = local;
+                        } catch (const std::exception& e) {
+                            // The reason names host paths: logged; the status says where it is.
+                            no_space = out_of_space(e);
+                            if (!retrying || !no_space) {
+                                self->logger->error("disk image {}: importing '{}' failed: {}",
+                                                    doc.id, doc.base, e.what());
+                            }
+                            done.state = "Failed";
+                            done.message = no_space ? fmt::format(
+                                                          "failed to import '{}': the emulator's "
+                                                          "disk has no space for it",
+                                                          doc.base)
+                                                    : fmt::format(
+                                                          "failed to import '{}'; the emulator's "
+                                                          "log has the reason",
+                                                          doc.base);
+                        }
+                        if (!no_space || !self->store.disk_image(doc.id) ||
+                            std::chrono::steady_clock::now() - first_try > kLaunchRetryWindow) {
+                            break;
+                        }
+                        co_await self->sleep_ms(kLaunchRetryMs);
                     }
                 }
+                // Eventual: the sweep saves the outcome once the disk has room again.
                 try {
-                    if (self->store.disk_image(doc.id)) {
-                        self->store.put(done);
-                    }
+                    self->store.record(done);
                 } catch (const std::exception& e) {
                     self->logger->error("disk image {}: recording it as {} failed: {}", doc.id,
                                         done.state, e.what());

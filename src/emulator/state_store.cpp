@@ -471,6 +471,18 @@ void StateStore::put(const DiskImageDoc& doc) {
     put_strictly(disk_images_, doc, [this] { save_locked(); });
 }
 
+bool StateStore::record(const DiskImageDoc& doc) {
+    std::lock_guard lock(mutex_);
+    auto it = disk_images_.find(doc.id);
+    if (it == disk_images_.end()) {
+        return false;
+    }
+    check_record(json::serialize(image_to_state(doc)).size(), "disk image");
+    it->second = doc;
+    save_eventually_locked();
+    return true;
+}
+
 void StateStore::erase_disk_image(const std::string& id) {
     std::lock_guard lock(mutex_);
     auto it = disk_images_.find(id);

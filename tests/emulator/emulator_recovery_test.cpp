@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -255,6 +256,69 @@ TEST(EmulatorRecovery, ACreateWhoseLaunchFindsNoSpaceWaitsInCreatingAndRunsOnceS
     EXPECT_EQ(sdk.exec(id, "echo launched").at("stdout").as_string(), "launched\n");
     sdk.delete_all();
     EXPECT_TRUE(listed_ids(sdk).empty());
+}
+
+std::string image_state(SdkClient& sdk, const std::string& id) {
+    const auto r = sdk.call("GET", "/diskimages/" + id);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.status == 200 ? std::string(SdkClient::body(r).at("status").at("state").as_string())
+                           : std::string();
+}
+
+TEST(EmulatorRecovery, ADiskImageImportThatFindsNoSpaceStaysPendingAndIsReadyOnceSpaceReturns) {
+    TempDir dir;
+    SmallTmpfs disk(dir.path() / "state", "64m");
+    // An image the registry stand-in holds (a rootfs tarball of 512 KiB), added before the disk
+    // fills; the import copies it into the runtime's image store on the same disk.
+    const auto rootfs = dir.path() / "rootfs";
+    std::filesystem::create_directories(rootfs / "etc");
+    std::ofstream(rootfs / "etc" / "payload") << std::string(512 * 1024, 'p');
+    const auto tarball = dir.path() / "rootfs.tar";
+    ASSERT_EQ(std::system(
+                  fmt::format("tar -C '{}' -cf '{}' .", rootfs.string(), tarball.string()).c_str()),
+              0);
+    ASSERT_EQ(std::system(fmt::format("'{}' images add '{}' --ref r.io/tiny:1 --state-dir '{}' "
+                                      ">/dev/null",
+                                      ACAS_EMULATOR_PATH, tarball.string(), disk.path().string())
+                              .c_str()),
+              0);
+    boost::asio::io_context io;
+    EmulatorProcess emulator(disk.path());
+    SdkClient sdk(io, disk.path() / "ca.pem", emulator.base_url());
+    // Room for the image's Pending record, none for the import or for recording its outcome.
+    disk.reserve(8192);
+    disk.fill();
+    disk.release_reserve();
+    const auto r = sdk.call("PUT", "/diskimages",
+                            R"({"image":{"base":"r.io/tiny:1"},"labels":{"name":"tiny"}})");
+    ASSERT_EQ(r.status, 201) << r.body;
+    const std::string id(SdkClient::body(r).at("id").as_string());
+    // Retried, never given up as Failed while the disk is full (and never a host path).
+    const auto watch_until = Clock::now() + 3s;
+    while (Clock::now() < watch_until) {
+        const auto answer = sdk.call("GET", "/diskimages/" + id);
+        ASSERT_EQ(image_state(sdk, id), "Pending") << answer.body;
+        EXPECT_EQ(answer.body.find(dir.path().string()), std::string::npos) << answer.body;
+        std::this_thread::sleep_for(200ms);
+    }
+    disk.free_space();
+    // Without a restart: Ready in memory, then on disk.
+    const auto deadline = Clock::now() + 60s;
+    std::string state;
+    while (Clock::now() < deadline && (state = image_state(sdk, id)) == "Pending") {
+        std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_EQ(state, "Ready") << slurp(emulator.log()).substr(0, 4000);
+    const auto saved = [&] {
+        const auto text = slurp(disk.path() / "emulator" / "state.json");
+        const auto at = text.find(id);
+        return at != std::string::npos && text.find("Ready", at) != std::string::npos;
+    };
+    while (Clock::now() < deadline && !saved()) {
+        std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_TRUE(saved()) << slurp(disk.path() / "emulator" / "state.json");
+    EXPECT_EQ(sdk.call("DELETE", "/diskimages/" + id).status, 202);
 }
 
 TEST(EmulatorFileWrites, AnUploadThatRunsOutOfSpaceLeavesTheOldFileWhole) {
