@@ -16,6 +16,7 @@
 #include <sstream>
 #include <utility>
 
+#include "file_plane_staging.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/net/tls.hpp"
 
@@ -213,6 +214,9 @@ json::object DiskImageDoc::to_wire() const {
 StateStore::StateStore(std::filesystem::path state_dir)
     : file_(state_dir / "emulator" / "state.json") {
     std::filesystem::create_directories(file_.parent_path());
+    // The state directory's secret that tags the file plane's staged siblings, so a later run
+    // recognises what an earlier one left behind.
+    staging::load_key(file_.parent_path());
     std::ifstream in(file_);
     if (!in) {
         return;

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "emulator_fixture.hpp"
+#include "file_plane_staging.hpp"
 
 namespace maf_sandbox::emulator::testing {
 namespace {
@@ -457,6 +458,83 @@ TEST(EmulatorFileWrites, OverwriteKeepsTheFilesModeAndAnInterruptedUploadChanges
          ++i) {
         std::this_thread::sleep_for(100ms);
     }
+}
+
+// What a crash between staging and the rename leaves: the staged sibling, named as the emulator
+// names it (its writer long gone), in a directory of the guest. The next write to that directory
+// after a restart removes it; files the guest named alike (a made-up tag, the bare prefix) stay.
+TEST(EmulatorFileWrites, AStagedSiblingACrashLeftIsSweptByTheNextWriteAndLookAlikesAreKept) {
+    TempDir dir;
+    boost::asio::io_context io;
+    std::string id;
+    staging::Key key{};
+    {
+        std::ifstream in(dir.path() / "emulator" / "stage.key", std::ios::binary);
+        EXPECT_FALSE(in.good()) << "a fresh state directory has no key yet";
+    }
+    // Above the kernel's largest pid_max (2^22): no process ever has it, so the writer is gone.
+    const pid_t gone_writer = 4194305;
+    std::string leftover;
+    const std::string forged =
+        fmt::format(".maf-stage-{}-00000000000012ab-0000000000000000", gone_writer);
+    const std::string prefixed = ".maf-stage-notes";
+    {
+        EmulatorProcess emulator(dir.path());
+        SdkClient sdk(io, dir.path() / "ca.pem", emulator.base_url());
+        id = sdk.create();
+        sdk.wait_for_state(id, "Running");
+        std::ifstream in(dir.path() / "emulator" / "stage.key", std::ios::binary);
+        ASSERT_TRUE(in.read(reinterpret_cast<char*>(key.data()), key.size()));
+        leftover = staging::staged_name(key, gone_writer, 0x12ab);
+        ASSERT_TRUE(staging::staged_by(key, leftover).has_value());
+        ASSERT_FALSE(staging::staged_by(key, forged).has_value());
+        const auto planted = sdk.exec(
+            id, fmt::format("mkdir -p /maf-sandbox/work/d && cd /maf-sandbox/work/d && "
+                            "printf partial > {} && printf mine > {} && printf notes > {} && "
+                            "chmod 600 {}",
+                            leftover, forged, prefixed, leftover));
+        ASSERT_EQ(planted.at("exitCode").as_int64(), 0) << json::serialize(planted);
+        EXPECT_EQ(emulator.terminate() & 0x7f, 0);
+    }
+    EmulatorProcess restarted(dir.path());
+    SdkClient sdk(io, dir.path() / "ca.pem", restarted.base_url());
+    sdk.wait_for_state(id, "Running");
+    const auto listing = [&] {
+        return std::string(sdk.exec(id, "ls -A /maf-sandbox/work/d").at("stdout").as_string());
+    };
+    // The restart alone touches nothing in the guest's tree.
+    EXPECT_NE(listing().find(leftover), std::string::npos) << listing();
+    const auto put = sdk.call("PUT", "/sandboxes/" + id + "/files", "fresh",
+                              "path=/maf-sandbox/work/d/new.txt", "application/octet-stream");
+    ASSERT_EQ(put.status, 200) << put.body;
+    const auto after = listing();
+    EXPECT_EQ(after.find(leftover), std::string::npos) << after;
+    EXPECT_NE(after.find(forged), std::string::npos)
+        << "a guest's look-alike was removed: " << after;
+    EXPECT_NE(after.find(prefixed + "\n"), std::string::npos) << after;
+    EXPECT_NE(after.find("new.txt"), std::string::npos) << after;
+    EXPECT_EQ(sdk.exec(id, "cat /maf-sandbox/work/d/new.txt").at("stdout").as_string(), "fresh");
+    sdk.delete_all();
+}
+
+TEST(EmulatorStaging, SipHashMatchesTheReferenceVectorAndTagsAreKeyed) {
+    staging::Key key{};
+    for (std::size_t i = 0; i < key.size(); ++i) {
+        key[i] = static_cast<std::uint8_t>(i);
+    }
+    // SipHash-2-4 with key 00..0f: the empty message, and the 15-byte message 00..0e.
+    EXPECT_EQ(staging::siphash24(key, nullptr, 0), 0x726fdb47dd0e0e31ULL);
+    std::uint8_t message[15];
+    for (std::size_t i = 0; i < sizeof message; ++i) {
+        message[i] = static_cast<std::uint8_t>(i);
+    }
+    EXPECT_EQ(staging::siphash24(key, message, sizeof message), 0xa129ca6149be45e5ULL);
+    const auto name = staging::staged_name(key, 4242, 7);
+    EXPECT_EQ(staging::staged_by(key, name), std::optional<pid_t>(4242));
+    staging::Key other = key;
+    other[0] ^= 1;
+    EXPECT_FALSE(staging::staged_by(other, name).has_value()) << "another key's name verified";
+    EXPECT_FALSE(staging::staged_by(key, name.substr(0, name.size() - 1) + "x").has_value());
 }
 
 TEST(EmulatorHttp, OverLimitBodyIsRefused413FromItsHeadersAndTheConnectionClosesCleanly) {
