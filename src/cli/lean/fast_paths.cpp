@@ -60,9 +60,10 @@ std::string random_thread() {
 
 // True once the supervisor is gone, waiting up to `patience` for a death in progress: a SIGKILL
 // closes its socket before /proc shows it dead, so an exec can meet the closed socket of a
-// supervisor that still looks alive.
+// supervisor that still looks alive. Its exit waits for every process of its PID namespace to
+// end, which on a loaded machine can take seconds; only this failure path waits.
 bool supervisor_ended(const runtime::SandboxHandle& handle,
-                      std::chrono::milliseconds patience = std::chrono::seconds(2)) {
+                      std::chrono::milliseconds patience = std::chrono::seconds(10)) {
     const auto deadline = std::chrono::steady_clock::now() + patience;
     while (runtime::sandbox_alive(handle)) {
         if (std::chrono::steady_clock::now() >= deadline) {
