@@ -17,6 +17,7 @@
 #include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/net/http.hpp"
 #include "probes.hpp"
+#include "replacement_notice.hpp"
 
 namespace maf_sandbox::acas {
 
@@ -25,8 +26,13 @@ namespace asio = boost::asio;
 namespace {
 
 constexpr const char* kAcquireLabel = "acquire";
-const std::set<std::string> kReservedLabels = {"scope", "thread", "agent",
-                                               "kind",  "call",   kAcquireLabel};
+const std::set<std::string> kReservedLabels = {"scope",
+                                               "thread",
+                                               "agent",
+                                               "kind",
+                                               "call",
+                                               kAcquireLabel,
+                                               replacement_notice::kReplacedFromLabel};
 
 std::string random_hex(std::size_t bytes) {
     std::vector<unsigned char> raw(bytes);
@@ -181,6 +187,7 @@ class Acquisition {
         co_await settle_owed();
         auto held = co_await warm();
         bool fresh = false;
+        std::optional<SandboxInfo> adopted;
         if (!held) {
             auto holder = co_await find_by_key();
             if (!holder) {
@@ -189,11 +196,17 @@ class Acquisition {
                 fresh = held != nullptr;
                 holder = std::move(created.winner);
             }
-            if (!held)
+            if (!held) {
                 held = co_await adopt(*holder);
+                adopted = std::move(holder);
+            }
         }
         co_await prepare(held, fresh);
-        co_return hand_over(std::move(held));
+        auto handle = hand_over(std::move(held));
+        // Adopted from the service: a replacement another process made is told here, once.
+        if (adopted)
+            co_await replacement_notice::take(*state_, client(), *adopted, *handle);
+        co_return handle;
     }
 
   private:

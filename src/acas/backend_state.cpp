@@ -18,6 +18,7 @@
 #include "maf_sandbox/acas/errors.hpp"
 #include "maf_sandbox/core/labels.hpp"
 #include "maf_sandbox/net/http.hpp"
+#include "replacement_notice.hpp"
 
 namespace maf_sandbox::acas {
 
@@ -252,6 +253,7 @@ Task<void> AcasBackend::State::dispose_invalidated(std::shared_ptr<HeldSandbox> 
     std::optional<DisposalFailure> failure;
     try {
         auto lease_ = co_await lease(sandbox->binding);
+        co_await replacement_notice::leave(*this, lease_.client(), *sandbox);
         failure = co_await delete_and_wait(lease_.client(), sandbox->id,
                                            std::min(Seconds{30.0}, config.read_timeout));
     } catch (const std::exception& e) {

@@ -1,5 +1,7 @@
 #include "convergence.hpp"
 
+#include "replacement_notice.hpp"
+
 namespace maf_sandbox::acas::convergence {
 
 namespace {
@@ -110,6 +112,10 @@ bool wins_over(const SandboxInfo& a, const SandboxInfo& b) {
 std::optional<SandboxInfo> winner(const std::vector<SandboxInfo>& holders) {
     const SandboxInfo* best = nullptr;
     for (const auto& holder : holders) {
+        // A discarded sandbox whose deletion is not listed yet never holds the key against the
+        // replacement made for it (replacement_notice.hpp), whatever their ages.
+        if (replacement_notice::replaced_by_another(holder, holders))
+            continue;
         if (!best || wins_over(holder, *best))
             best = &holder;
     }

@@ -89,6 +89,14 @@ std::optional<SandboxReplacement> SlotTable::take_replacement(const SlotKey& slo
     return notice;
 }
 
+std::optional<SandboxReplacement> SlotTable::replacement(const SlotKey& slot) const {
+    std::lock_guard lock(mutex_);
+    const auto found = replaced_.find(slot);
+    if (found == replaced_.end())
+        return std::nullopt;
+    return found->second;
+}
+
 std::map<std::string, std::string> SlotTable::take_key(const SandboxKey& key,
                                                        const std::optional<std::string>& kind) {
     const auto matches = [&](const SlotKey& slot) {

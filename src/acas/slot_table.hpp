@@ -49,6 +49,8 @@ class SlotTable {
     bool invalidate(const std::shared_ptr<HeldSandbox>& sandbox, const std::string& reason);
     // The notice of a discarded sandbox the slot's next hand-over reports, taken once.
     std::optional<SandboxReplacement> take_replacement(const SlotKey& slot);
+    // The notice without taking it (the discard that records it on the service reads it).
+    std::optional<SandboxReplacement> replacement(const SlotKey& slot) const;
 
     // Takes every held and owed sandbox of `key` (of `kind`, or of every kind), id -> kind, and
     // drops their notices: the caller disposes them and owes again what it fails to delete.

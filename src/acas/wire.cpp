@@ -93,6 +93,16 @@ SandboxInfo parse_sandbox(const json::value& value) {
                 info.labels[std::string(key)] = std::string(v.as_string());
         }
     }
+    if (const auto* sources = object.if_contains("sourcesRef"); sources && sources->is_object()) {
+        if (const auto* disk = sources->as_object().if_contains("diskImage");
+            disk && disk->is_object()) {
+            if (auto id = string_field(disk->as_object(), "id"); !id.empty()) {
+                info.source_disk_image_id = std::move(id);
+            } else if (auto name = string_field(disk->as_object(), "name"); !name.empty()) {
+                info.source_name = std::move(name);
+            }
+        }
+    }
     info.egress_default_action = "Allow";
     if (const auto* policy = object.if_contains("egressPolicy"); policy && policy->is_object()) {
         const auto& p = policy->as_object();

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "file_plane_staging.hpp"
 #include "maf_sandbox/core/utf8.hpp"
 #include "maf_sandbox/runtime/unique_fd.hpp"
 
@@ -339,14 +340,15 @@ WriteTarget resolve_write_target(int root, UniqueFd dir, std::string name,
 }
 
 // A name for the staged sibling that no concurrent write picks: this child's pid (each file
-// operation is its own process) and random bits, from system calls only (the child shares the
-// emulator's memory and must not take its locks).
+// operation is its own process) and random bits, tagged so that a leftover is recognised as ours
+// (file_plane_staging.hpp); from system calls only (the child shares the emulator's memory and
+// must not take its locks).
 std::string staged_name() {
     std::uint64_t bits = 0;
     if (::syscall(SYS_getrandom, &bits, sizeof bits, 0) != static_cast<long>(sizeof bits)) {
         bits = static_cast<std::uint64_t>(::syscall(SYS_gettid)) * 0x9e3779b97f4a7c15ULL;
     }
-    return fmt::format(".maf-stage-{}-{:016x}", ::syscall(SYS_getpid), bits);
+    return staging::staged_name(staging::key(), static_cast<pid_t>(::syscall(SYS_getpid)), bits);
 }
 
 // The bytes go to a staged sibling, made complete (mode, owner, fsync) before one rename puts it
@@ -396,6 +398,9 @@ bool write_staged(WriteTarget target, const std::string& path, std::string_view 
         fail_errno(errno, path, "writing");
     }
     sibling.placed = true;
+    // Staged siblings an interrupted write left here (a crash between staging and the rename)
+    // go with the next write to the directory.
+    staging::sweep_leftovers(target.dir.get(), staged);
     return true;
 }
 

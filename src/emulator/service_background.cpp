@@ -10,6 +10,7 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/sandbox_process.hpp"
 #include "offload.hpp"
+#include "out_of_space.hpp"
 #include "request_values.hpp"
 #include "sandbox_service.hpp"
 
@@ -22,14 +23,9 @@ namespace {
 // A deletion that failed (the runtime could not remove the sandbox's files yet, e.g. on a full
 // disk) is tried again by the lifecycle sweep after this long.
 constexpr auto kDeleteRetryAfter = std::chrono::seconds(2);
-// A launch that failed for want of space (the runtime's directory shares the full disk) is tried
-// again this often, for at most this long, before the sandbox is Failed.
-constexpr std::uint64_t kLaunchRetryMs = 1000;
-constexpr auto kLaunchRetryWindow = std::chrono::minutes(5);
 
-// Whether `e` reports a full disk or an exhausted quota: a SystemError, FileError (the root
-// builder's) or filesystem_error with that errno, or an Error from deeper in the runtime that
-// quotes the errno's text.
+}  // namespace
+
 bool out_of_space(const std::exception& e) {
     const auto full = [](int error) { return error == ENOSPC || error == EDQUOT; };
     if (const auto* system = dynamic_cast<const SystemError*>(&e)) {
@@ -45,8 +41,6 @@ bool out_of_space(const std::exception& e) {
     return what.find(::strerrordesc_np(ENOSPC)) != std::string_view::npos ||
            what.find(::strerrordesc_np(EDQUOT)) != std::string_view::npos;
 }
-
-}  // namespace
 
 void SandboxService::spawn_launch(SandboxDoc doc) {
     auto self = shared_from_this();

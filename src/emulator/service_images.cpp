@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 
 #include "offload.hpp"
+#include "out_of_space.hpp"
 #include "refusal.hpp"
 #include "sandbox_service.hpp"
 
@@ -92,24 +93,46 @@ Task<void> SandboxService::import_disk_image(DiskImageDoc doc) {
             }
         }
         const auto local = fmt::format("acas-img-{}:latest", hex);
-        try {
-            auto self = shared_from_this();
-            auto job = [self, archive, local]() { self->engine_->import_image(*archive, local); };
-            co_await offload(pool_, job);
-            done.state = "Ready";
-            done.local_image = local;
-        } catch (const std::exception& e) {
-            // The reason names host paths: logged, and the status says where it is.
-            logger_->error("disk image {}: importing '{}' failed: {}", doc.id, doc.base, e.what());
-            done.state = "Failed";
-            done.message =
-                fmt::format("failed to import '{}'; the emulator's log has the reason", doc.base);
+        // As a launch: an import refused for want of space (the runtime's images share the
+        // state disk) is tried again while the image is still wanted and within
+        // kLaunchRetryWindow, staying Pending; then it fails, saying why.
+        const auto first_try = std::chrono::steady_clock::now();
+        for (bool retrying = false;; retrying = true) {
+            bool no_space = false;
+            try {
+                auto self = shared_from_this();
+                auto job = [self, archive, local]() {
+                    self->engine_->import_image(*archive, local);
+                };
+                co_await offload(pool_, job);
+                done.state = "Ready";
+                done.local_image = local;
+            } catch (const std::exception& e) {
+                // The reason names host paths: logged; the status says where it is.
+                no_space = out_of_space(e);
+                if (!retrying || !no_space) {
+                    logger_->error("disk image {}: importing '{}' failed: {}", doc.id, doc.base,
+                                   e.what());
+                }
+                done.state = "Failed";
+                done.message =
+                    no_space
+                        ? fmt::format(
+                              "failed to import '{}': the emulator's disk has no space for it",
+                              doc.base)
+                        : fmt::format("failed to import '{}'; the emulator's log has the reason",
+                                      doc.base);
+            }
+            if (!no_space || !store_.disk_image(doc.id) ||
+                std::chrono::steady_clock::now() - first_try > kLaunchRetryWindow) {
+                break;
+            }
+            co_await sleep_ms(executor_, kLaunchRetryMs);
         }
     }
+    // Eventual: the sweep saves the outcome once the disk has room again.
     try {
-        if (store_.disk_image(doc.id)) {
-            store_.put(done);
-        }
+        store_.record(done);
     } catch (const std::exception& e) {
         logger_->error("disk image {}: recording it as {} failed: {}", doc.id, done.state,
                        e.what());

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <utility>
 
+#include "file_plane_staging.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/net/tls.hpp"
 #include "maf_sandbox/runtime/state_dir.hpp"
@@ -220,6 +221,9 @@ StateStore::StateStore(std::filesystem::path state_dir)
     (void)runtime::open_trusted_state_dir(state_dir, 0711, kEmulatorStateAdvice);
     const auto dir =
         runtime::open_trusted_state_dir(file_.parent_path(), 0700, kEmulatorStateAdvice);
+    // The state directory's secret that tags the file plane's staged siblings, so a later run
+    // recognises what an earlier one left behind.
+    staging::load_key(file_.parent_path());
     const runtime::UniqueFd in{
         ::openat(dir.get(), file_.filename().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)};
     if (!in) {
@@ -494,6 +498,18 @@ void StateStore::put(const DiskImageDoc& doc) {
     check_record(json::serialize(image_to_state(doc)).size(), "disk image");
     check_count(disk_images_.count(doc.id) == 0);
     put_strictly(disk_images_, doc, [this] { save_locked(); });
+}
+
+bool StateStore::record(const DiskImageDoc& doc) {
+    std::lock_guard lock(mutex_);
+    auto it = disk_images_.find(doc.id);
+    if (it == disk_images_.end()) {
+        return false;
+    }
+    check_record(json::serialize(image_to_state(doc)).size(), "disk image");
+    it->second = doc;
+    save_eventually_locked();
+    return true;
 }
 
 void StateStore::erase_disk_image(const std::string& id) {

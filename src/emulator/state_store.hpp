@@ -132,6 +132,9 @@ class StateStore {
     std::optional<DiskImageDoc> disk_image(const std::string& id) const;
     std::vector<DiskImageDoc> disk_images() const;
     void put(const DiskImageDoc& doc);
+    // The import's outcome (Ready, Failed), eventually, as record() for a sandbox: replaces the
+    // image's record if it still exists (false when it was deleted meanwhile).
+    bool record(const DiskImageDoc& doc);
     void erase_disk_image(const std::string& id);
 
   private:

@@ -155,11 +155,16 @@ TEST(AcasAdmission, AnInvalidatedSandboxMustBeDeletedBeforeItsKeyAndKindGetAnoth
         return std::nullopt;
     });
     EXPECT_THROW(drive(h.io, backend->acquire(kKey, h.spec())), SandboxCleanupPending);
-    EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 1u);
-    *refuse = false;
-    drive(h.io, backend->acquire(kKey, h.spec()));
-    EXPECT_FALSE(h.service.sandbox(id));
+    // The one create since is the replacement the discard made before deleting (it carries the
+    // notice to other processes, replacement_notice.hpp); nothing was handed out.
     EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 2u);
+    *refuse = false;
+    auto next = drive(h.io, backend->acquire(kKey, h.spec()));
+    EXPECT_FALSE(h.service.sandbox(id));
+    // The acquire adopted that replacement instead of creating a third sandbox, and says so.
+    EXPECT_EQ(h.service.count("PUT", "/sandboxes"), 2u);
+    ASSERT_TRUE(next->replaced().has_value());
+    EXPECT_EQ(next->replaced()->previous_id, id);
 }
 
 TEST(AcasAdmission, AnActivePurgeRefusesAcquiresForItsConversationOnlyUntilItFinishes) {

@@ -52,5 +52,18 @@ TEST(AcasConvergence, AMissingOrMalformedCreatedAtLosesToAParsableOne) {
     EXPECT_FALSE(convergence::winner({}).has_value());
 }
 
+TEST(AcasConvergence, ADiscardedSandboxNeverWinsOverTheReplacementMadeForIt) {
+    // The discarding process makes the replacement before it deletes the old sandbox: while both
+    // are listed, the older one would win by age and a racing acquire would delete the new one.
+    const auto doomed = holder("aa", "2026-10-04T01:50:55.000001+00:00");
+    auto replacement = holder("zz", "2026-10-04T01:50:56.000001+00:00");
+    replacement.labels["replaced-from"] = "aa";
+    EXPECT_EQ(convergence::winner({doomed, replacement})->id, "zz");
+    EXPECT_EQ(convergence::winner({replacement, doomed})->id, "zz");
+    // A replacement competes by the ordinary rule with any sandbox it does not name.
+    const auto other = holder("bb", "2026-10-04T01:50:55.500000+00:00");
+    EXPECT_EQ(convergence::winner({doomed, replacement, other})->id, "bb");
+}
+
 }  // namespace
 }  // namespace maf_sandbox::acas

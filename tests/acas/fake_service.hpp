@@ -130,6 +130,7 @@ class FakeAcasService {
     // Applied to every exec command before the host shell runs it.
     using Rewrite = std::function<std::string(std::string command)>;
     static constexpr const char* kProbePrefix = "/.maf-authority-";
+    static constexpr const char* kNoticePrefix = "/tmp/.maf-sandbox-replaced-";
 
     explicit FakeAcasService(std::optional<std::string> emulator_header = std::nullopt)
         : emulator_header_(std::move(emulator_header)),
@@ -141,6 +142,8 @@ class FakeAcasService {
         ca_file_ = dir_.write("ca.pem", server_.ca_pem());
         probe_root_ = (dir_.path() / "guest-root").string();
         std::filesystem::create_directories(probe_root_);
+        notice_root_ = (dir_.path() / "notice-root").string();
+        std::filesystem::create_directories(notice_root_ + "/tmp");
     }
 
     // A real service's disposal takes the guest's /tmp with it; here the guest is this host, so
@@ -227,10 +230,14 @@ class FakeAcasService {
         return reply(status, json::object{{"title", title}, {"status", status}, {"detail", title}});
     }
 
-    // The probe directories' guest name mapped into probe_root_; every other path as it is.
+    // The probe directories' guest name mapped into probe_root_, the replacement notice's marker
+    // (named by sandbox id, which this fake reuses across tests) into notice_root_; every other
+    // path as it is.
     std::string host_path(const std::string& guest) const {
         if (guest.rfind(kProbePrefix, 0) == 0)
             return probe_root_ + guest;
+        if (guest.rfind(kNoticePrefix, 0) == 0)
+            return notice_root_ + guest;
         return guest;
     }
     std::string host_command(std::string command) const {
@@ -485,6 +492,7 @@ class FakeAcasService {
     std::vector<std::string> exec_commands_;
     std::vector<std::string> mkdirs_;
     std::string probe_root_;
+    std::string notice_root_;
     std::vector<std::pair<std::string, std::string>> log_;
     std::map<std::string, json::object> sandboxes_;
     std::map<std::string, std::set<std::string>> scratch_;  // sandbox id -> exec tokens

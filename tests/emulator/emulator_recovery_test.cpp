@@ -11,11 +11,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "emulator_fixture.hpp"
+#include "file_plane_staging.hpp"
 
 namespace maf_sandbox::emulator::testing {
 namespace {
@@ -257,6 +259,69 @@ TEST(EmulatorRecovery, ACreateWhoseLaunchFindsNoSpaceWaitsInCreatingAndRunsOnceS
     EXPECT_TRUE(listed_ids(sdk).empty());
 }
 
+std::string image_state(SdkClient& sdk, const std::string& id) {
+    const auto r = sdk.call("GET", "/diskimages/" + id);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.status == 200 ? std::string(SdkClient::body(r).at("status").at("state").as_string())
+                           : std::string();
+}
+
+TEST(EmulatorRecovery, ADiskImageImportThatFindsNoSpaceStaysPendingAndIsReadyOnceSpaceReturns) {
+    TempDir dir;
+    SmallTmpfs disk(dir.path() / "state", "64m");
+    // An image the registry stand-in holds (a rootfs tarball of 512 KiB), added before the disk
+    // fills; the import copies it into the runtime's image store on the same disk.
+    const auto rootfs = dir.path() / "rootfs";
+    std::filesystem::create_directories(rootfs / "etc");
+    std::ofstream(rootfs / "etc" / "payload") << std::string(512 * 1024, 'p');
+    const auto tarball = dir.path() / "rootfs.tar";
+    ASSERT_EQ(std::system(
+                  fmt::format("tar -C '{}' -cf '{}' .", rootfs.string(), tarball.string()).c_str()),
+              0);
+    ASSERT_EQ(std::system(fmt::format("'{}' images add '{}' --ref r.io/tiny:1 --state-dir '{}' "
+                                      ">/dev/null",
+                                      ACAS_EMULATOR_PATH, tarball.string(), disk.path().string())
+                              .c_str()),
+              0);
+    boost::asio::io_context io;
+    EmulatorProcess emulator(disk.path());
+    SdkClient sdk(io, disk.path() / "ca.pem", emulator.base_url());
+    // Room for the image's Pending record, none for the import or for recording its outcome.
+    disk.reserve(8192);
+    disk.fill();
+    disk.release_reserve();
+    const auto r = sdk.call("PUT", "/diskimages",
+                            R"({"image":{"base":"r.io/tiny:1"},"labels":{"name":"tiny"}})");
+    ASSERT_EQ(r.status, 201) << r.body;
+    const std::string id(SdkClient::body(r).at("id").as_string());
+    // Retried, never given up as Failed while the disk is full (and never a host path).
+    const auto watch_until = Clock::now() + 3s;
+    while (Clock::now() < watch_until) {
+        const auto answer = sdk.call("GET", "/diskimages/" + id);
+        ASSERT_EQ(image_state(sdk, id), "Pending") << answer.body;
+        EXPECT_EQ(answer.body.find(dir.path().string()), std::string::npos) << answer.body;
+        std::this_thread::sleep_for(200ms);
+    }
+    disk.free_space();
+    // Without a restart: Ready in memory, then on disk.
+    const auto deadline = Clock::now() + 60s;
+    std::string state;
+    while (Clock::now() < deadline && (state = image_state(sdk, id)) == "Pending") {
+        std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_EQ(state, "Ready") << slurp(emulator.log()).substr(0, 4000);
+    const auto saved = [&] {
+        const auto text = slurp(disk.path() / "emulator" / "state.json");
+        const auto at = text.find(id);
+        return at != std::string::npos && text.find("Ready", at) != std::string::npos;
+    };
+    while (Clock::now() < deadline && !saved()) {
+        std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_TRUE(saved()) << slurp(disk.path() / "emulator" / "state.json");
+    EXPECT_EQ(sdk.call("DELETE", "/diskimages/" + id).status, 202);
+}
+
 TEST(EmulatorFileWrites, AnUploadThatRunsOutOfSpaceLeavesTheOldFileWhole) {
     TempDir dir;
     boost::asio::io_context io;
@@ -393,6 +458,83 @@ TEST(EmulatorFileWrites, OverwriteKeepsTheFilesModeAndAnInterruptedUploadChanges
          ++i) {
         std::this_thread::sleep_for(100ms);
     }
+}
+
+// What a crash between staging and the rename leaves: the staged sibling, named as the emulator
+// names it (its writer long gone), in a directory of the guest. The next write to that directory
+// after a restart removes it; files the guest named alike (a made-up tag, the bare prefix) stay.
+TEST(EmulatorFileWrites, AStagedSiblingACrashLeftIsSweptByTheNextWriteAndLookAlikesAreKept) {
+    TempDir dir;
+    boost::asio::io_context io;
+    std::string id;
+    staging::Key key{};
+    {
+        std::ifstream in(dir.path() / "emulator" / "stage.key", std::ios::binary);
+        EXPECT_FALSE(in.good()) << "a fresh state directory has no key yet";
+    }
+    // Above the kernel's largest pid_max (2^22): no process ever has it, so the writer is gone.
+    const pid_t gone_writer = 4194305;
+    std::string leftover;
+    const std::string forged =
+        fmt::format(".maf-stage-{}-00000000000012ab-0000000000000000", gone_writer);
+    const std::string prefixed = ".maf-stage-notes";
+    {
+        EmulatorProcess emulator(dir.path());
+        SdkClient sdk(io, dir.path() / "ca.pem", emulator.base_url());
+        id = sdk.create();
+        sdk.wait_for_state(id, "Running");
+        std::ifstream in(dir.path() / "emulator" / "stage.key", std::ios::binary);
+        ASSERT_TRUE(in.read(reinterpret_cast<char*>(key.data()), key.size()));
+        leftover = staging::staged_name(key, gone_writer, 0x12ab);
+        ASSERT_TRUE(staging::staged_by(key, leftover).has_value());
+        ASSERT_FALSE(staging::staged_by(key, forged).has_value());
+        const auto planted = sdk.exec(
+            id, fmt::format("mkdir -p /maf-sandbox/work/d && cd /maf-sandbox/work/d && "
+                            "printf partial > {} && printf mine > {} && printf notes > {} && "
+                            "chmod 600 {}",
+                            leftover, forged, prefixed, leftover));
+        ASSERT_EQ(planted.at("exitCode").as_int64(), 0) << json::serialize(planted);
+        EXPECT_EQ(emulator.terminate() & 0x7f, 0);
+    }
+    EmulatorProcess restarted(dir.path());
+    SdkClient sdk(io, dir.path() / "ca.pem", restarted.base_url());
+    sdk.wait_for_state(id, "Running");
+    const auto listing = [&] {
+        return std::string(sdk.exec(id, "ls -A /maf-sandbox/work/d").at("stdout").as_string());
+    };
+    // The restart alone touches nothing in the guest's tree.
+    EXPECT_NE(listing().find(leftover), std::string::npos) << listing();
+    const auto put = sdk.call("PUT", "/sandboxes/" + id + "/files", "fresh",
+                              "path=/maf-sandbox/work/d/new.txt", "application/octet-stream");
+    ASSERT_EQ(put.status, 200) << put.body;
+    const auto after = listing();
+    EXPECT_EQ(after.find(leftover), std::string::npos) << after;
+    EXPECT_NE(after.find(forged), std::string::npos)
+        << "a guest's look-alike was removed: " << after;
+    EXPECT_NE(after.find(prefixed + "\n"), std::string::npos) << after;
+    EXPECT_NE(after.find("new.txt"), std::string::npos) << after;
+    EXPECT_EQ(sdk.exec(id, "cat /maf-sandbox/work/d/new.txt").at("stdout").as_string(), "fresh");
+    sdk.delete_all();
+}
+
+TEST(EmulatorStaging, SipHashMatchesTheReferenceVectorAndTagsAreKeyed) {
+    staging::Key key{};
+    for (std::size_t i = 0; i < key.size(); ++i) {
+        key[i] = static_cast<std::uint8_t>(i);
+    }
+    // SipHash-2-4 with key 00..0f: the empty message, and the 15-byte message 00..0e.
+    EXPECT_EQ(staging::siphash24(key, nullptr, 0), 0x726fdb47dd0e0e31ULL);
+    std::uint8_t message[15];
+    for (std::size_t i = 0; i < sizeof message; ++i) {
+        message[i] = static_cast<std::uint8_t>(i);
+    }
+    EXPECT_EQ(staging::siphash24(key, message, sizeof message), 0xa129ca6149be45e5ULL);
+    const auto name = staging::staged_name(key, 4242, 7);
+    EXPECT_EQ(staging::staged_by(key, name), std::optional<pid_t>(4242));
+    staging::Key other = key;
+    other[0] ^= 1;
+    EXPECT_FALSE(staging::staged_by(other, name).has_value()) << "another key's name verified";
+    EXPECT_FALSE(staging::staged_by(key, name.substr(0, name.size() - 1) + "x").has_value());
 }
 
 TEST(EmulatorHttp, OverLimitBodyIsRefused413FromItsHeadersAndTheConnectionClosesCleanly) {

@@ -4,9 +4,13 @@
 // idempotent requests ride out 5xx answers and dropped replies without touching the sandbox.
 #include <spdlog/logger.h>
 #include <spdlog/sinks/ostream_sink.h>
+#include <sys/wait.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
@@ -19,6 +23,7 @@
 #include "maf_sandbox/acas/errors.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
+#include "maf_sandbox/core/shell_quote.hpp"
 
 namespace maf_sandbox::emulator::testing {
 namespace {
@@ -70,6 +75,8 @@ class Rig {
     }
 
     boost::asio::io_context& io() { return io_; }
+    const std::filesystem::path& dir() const { return dir_.path(); }
+    std::string endpoint() const { return emulator_.base_url(); }
 
   private:
     TempDir dir_;
@@ -253,6 +260,112 @@ TEST(AcasRetries, GetListAndDeleteRideOutA5xxOnFortyPercentOfRequests) {
 TEST(AcasRetries, GetListAndDeleteRideOutFortyPercentOfRepliesDropped) {
     expect_idempotent_retries_keep_the_sandbox("dropRate");
 }
+
+// The discarding process leaves the notice with the service itself: it lives on after that
+// process (here: its backend object, which shares nothing with the next one but the service).
+TEST(AcasReplacement, TheNoticeOutlivesTheProcessThatDiscardedTheSandbox) {
+    Rig rig;
+    const SandboxKey key{"replace", "across", "agent", ""};
+    std::string first_id;
+    {
+        acas::AcasBackend first_process(rig.config());
+        auto first = run_blocking(rig.io(), first_process.acquire(key, shell_spec()));
+        first_id = held_id(first_process, key);
+        ASSERT_EQ(run(rig.io(), *first, "echo kept > /tmp/state").exit_code, 0);
+        rig.set_faults({{"dropRate", 1.0}, {"only", "POST /sandboxes/{id}/executeShellCommand"}});
+        EXPECT_THROW(run(rig.io(), *first, "echo once >> /tmp/runs"),
+                     acas::AcasRequestOutcomeUnknown);
+        rig.set_faults({});
+    }
+    acas::AcasBackend second_process(rig.config());
+    auto second = run_blocking(rig.io(), second_process.acquire(key, shell_spec()));
+    ASSERT_TRUE(second->replaced().has_value())
+        << "another process was handed the blank sandbox silently";
+    EXPECT_EQ(second->replaced()->previous_id, first_id);
+    EXPECT_NE(second->replaced()->reason.find("gone"), std::string::npos)
+        << second->replaced()->reason;
+    const auto second_id = held_id(second_process, key);
+    EXPECT_NE(second_id, first_id);
+    EXPECT_NE(run(rig.io(), *second, "cat /tmp/state").exit_code, 0) << "the report is true";
+    // The notice is the service's, not the guest's: nothing of it is left in the sandbox.
+    EXPECT_EQ(run(rig.io(), *second, "ls -A /tmp | grep -c maf-sandbox-replaced").stdout_bytes,
+              "0\n");
+    EXPECT_EQ(rig.live(), std::vector<std::string>{second_id});
+
+    acas::AcasBackend third_process(rig.config());
+    auto third = run_blocking(rig.io(), third_process.acquire(key, shell_spec()));
+    EXPECT_FALSE(third->replaced().has_value()) << "one discard is reported once";
+    EXPECT_EQ(held_id(third_process, key), second_id);
+    EXPECT_FALSE(run_blocking(rig.io(), third_process.dispose(key, std::nullopt)).has_value());
+}
+
+#ifdef MAF_SANDBOX_PATH
+struct CliRun {
+    int status = -1;
+    std::string out, err;
+};
+
+std::string slurp(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// One `maf-sandbox exec --backend acas` process against the rig's emulator, as a user types it.
+CliRun cli_exec(const Rig& rig, const std::string& thread, const std::string& program) {
+    const auto out = rig.dir() / "cli.out";
+    const auto err = rig.dir() / "cli.err";
+    const auto command = fmt::format(
+        "{} exec --backend acas --endpoint {} --subscription-id {} --resource-group rg-test "
+        "--sandbox-group group-test --ca-file {} --token test-token --emulator --floor container "
+        "--scope replace --thread {} -- sh -c {} >{} 2>{}",
+        shell_quote(MAF_SANDBOX_PATH), shell_quote(rig.endpoint()),
+        "00000000-0000-0000-0000-000000000000", shell_quote((rig.dir() / "ca.pem").string()),
+        shell_quote(thread), shell_quote(program), shell_quote(out.string()),
+        shell_quote(err.string()));
+    const int raw = std::system(command.c_str());
+    return CliRun{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+}
+
+// Process 1's exec hits a dropped reply (so its sandbox is discarded, as the seed requires);
+// process 2, a separate CLI run, prints that the sandbox was replaced and runs the command with
+// the program's own status; process 3 is not told again.
+TEST(AcasReplacement, TheNextCliProcessPrintsTheReplacementOnceAndRunsItsCommand) {
+    Rig rig;
+    const std::string thread = "cli-notice";
+    const auto made = cli_exec(rig, thread, "echo kept > state");
+    ASSERT_EQ(made.status, 0) << made.err;
+    EXPECT_EQ(made.err.find("sandbox replaced"), std::string::npos) << made.err;
+    std::string first_id;
+    {
+        // Process 1 (this one): the same key and spec the CLI uses, so it adopts that sandbox.
+        acas::AcasBackend first_process(rig.config());
+        const SandboxKey key{"replace", thread, "cli", ""};
+        SandboxSpecFields f;
+        f.kind = "shell";
+        f.image = "host";
+        f.requires_capabilities = {Capability::exec};
+        auto first = run_blocking(rig.io(), first_process.acquire(key, SandboxSpec(f)));
+        first_id = first_process.held_sandbox_id(key, "shell").value_or("");
+        ASSERT_EQ(run(rig.io(), *first, "cat state").stdout_bytes, "kept\n");
+        rig.set_faults({{"dropRate", 1.0}, {"only", "POST /sandboxes/{id}/executeShellCommand"}});
+        EXPECT_THROW(run(rig.io(), *first, "echo once >> state"), acas::AcasRequestOutcomeUnknown);
+        rig.set_faults({});
+    }
+    const auto told = cli_exec(rig, thread, "cat state 2>/dev/null; echo two; exit 3");
+    EXPECT_EQ(told.status, 3) << told.err;
+    EXPECT_EQ(told.out, "two\n") << "the state is gone, as the notice says";
+    EXPECT_NE(told.err.find("[maf-sandbox: sandbox replaced, state lost: "), std::string::npos)
+        << told.err;
+    EXPECT_NE(told.err.find(first_id), std::string::npos) << told.err;
+
+    const auto again = cli_exec(rig, thread, "echo three");
+    EXPECT_EQ(again.status, 0) << again.err;
+    EXPECT_EQ(again.out, "three\n");
+    EXPECT_EQ(again.err.find("sandbox replaced"), std::string::npos) << "told twice: " << again.err;
+    EXPECT_EQ(rig.live().size(), 1u);
+}
+
+#endif  // MAF_SANDBOX_PATH
 
 }  // namespace
 }  // namespace maf_sandbox::emulator::testing

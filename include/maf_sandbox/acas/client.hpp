@@ -76,6 +76,10 @@ struct SandboxInfo {
     std::string egress_default_action;      // "Allow" when the service sent no policy
     std::vector<std::string> egress_hosts;  // hostRules patterns with action Allow
     std::string created_at;                 // ISO 8601 as the service sent it; may be empty
+    // sourcesRef.diskImage as the service echoed it: an imported image's id, else a catalogue
+    // name (nullopt when the answer had neither).
+    std::optional<std::string> source_disk_image_id;
+    std::optional<std::string> source_name;
 };
 
 struct ExecAnswer {

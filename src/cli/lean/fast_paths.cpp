@@ -1,7 +1,9 @@
 #include "fast_paths.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <random>
+#include <thread>
 
 #include "../exec_report.hpp"
 #include "../exit_status.hpp"
@@ -56,6 +58,22 @@ std::string random_thread() {
     return name;
 }
 
+// True once the supervisor is gone, waiting up to `patience` for a death in progress: a SIGKILL
+// closes its socket before /proc shows it dead, so an exec can meet the closed socket of a
+// supervisor that still looks alive. Its exit waits for every process of its PID namespace to
+// end, which on a loaded machine can take seconds; only this failure path waits.
+bool supervisor_ended(const runtime::SandboxHandle& handle,
+                      std::chrono::milliseconds patience = std::chrono::seconds(10)) {
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    while (runtime::sandbox_alive(handle)) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+            return false;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return true;
+}
+
 bool same_limits(const LeanArgs& args, const local::SharedPoolSettings& pool) {
     return args.image == pool.image && args.memory == pool.memory_bytes && args.pids == pool.pids &&
            args.disk == pool.disk_bytes;
@@ -83,7 +101,21 @@ std::optional<int> warm_exec(const LeanArgs& args) {
         return std::nullopt;  // to be created, or an egress conflict the full CLI reports
     }
     local::note_use(registry, *record);
-    return exec_in(*local::handle_of(*record), work_dir_of(*record, spec), args);
+    const auto handle = *local::handle_of(*record);
+    try {
+        return exec_in(handle, work_dir_of(*record, spec), args);
+    } catch (const SandboxOutputUnreachable&) {
+        // The supervisor died between the liveness check and the exec (killed, crashed), taking
+        // the sandbox's PID namespace and files with it; nothing was printed yet. The full CLI
+        // reconciles the key under its lock, says the sandbox was replaced and its state lost,
+        // and runs the command in a new one, exactly as if it had met the dead record first (its
+        // egress is closed, so nothing of a first, interrupted run can outlive the sandbox). A
+        // supervisor that is still alive failed otherwise: that is reported as it is.
+        if (supervisor_ended(handle)) {
+            return std::nullopt;
+        }
+        throw;
+    }
 }
 
 std::optional<int> pooled_run(const LeanArgs& args) {
