@@ -1,6 +1,5 @@
 #include "maf_sandbox/acas/backend.hpp"
 
-#include <openssl/rand.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -22,6 +21,7 @@
 #include "maf_sandbox/core/shell_quote.hpp"
 #include "maf_sandbox/net/http.hpp"
 #include "probes.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 
 namespace maf_sandbox::acas {
 
@@ -32,17 +32,6 @@ namespace {
 constexpr const char* kAcquireLabel = "acquire";
 const std::set<std::string> kReservedLabels = {"scope", "thread", "agent",
                                                "kind",  "call",   kAcquireLabel};
-
-std::string random_hex(std::size_t bytes) {
-    std::vector<unsigned char> raw(bytes);
-    if (RAND_bytes(raw.data(), static_cast<int>(bytes)) != 1) {
-        throw Error("the host's random number generator failed; retry");
-    }
-    std::string out;
-    for (auto b : raw)
-        out += fmt::format("{:02x}", b);
-    return out;
-}
 
 bool needs_storage(const SandboxSpec& spec) {
     for (auto c : spec->requires_capabilities) {

@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <boost/json.hpp>
 #include <iostream>
-#include <random>
 
 #include "backends.hpp"
 #include "cli.hpp"
@@ -20,6 +19,7 @@
 #include "maf_sandbox/runtime/gc.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
 #include "run_transfers.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 
 namespace maf_sandbox::cli {
 
@@ -216,8 +216,7 @@ std::vector<Listed> list_sandboxes(const LocalOptions& options, const Context& c
 }
 
 std::string random_thread() {
-    std::random_device device;
-    return fmt::format("run-{:08x}{:08x}", device(), device());
+    return "run-" + random_hex(8);
 }
 
 }  // namespace

@@ -20,7 +20,7 @@
 #include "maf_sandbox/runtime/images.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
 #include "maf_sandbox/runtime/sandbox_process.hpp"
-#include "off_loop.hpp"
+#include "maf_sandbox/core/off_loop.hpp"
 #include "sandbox_pool.hpp"
 
 namespace maf_sandbox::local {

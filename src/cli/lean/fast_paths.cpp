@@ -1,7 +1,6 @@
 #include "fast_paths.hpp"
 
 #include <cstdio>
-#include <random>
 
 #include "../exec_report.hpp"
 #include "../exit_status.hpp"
@@ -14,6 +13,7 @@
 #include "maf_sandbox/local/warm_lookup.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
 #include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 
 namespace maf_sandbox::cli::lean {
 
@@ -50,10 +50,7 @@ int exec_in(const runtime::SandboxHandle& handle, const std::string& work_dir,
 }
 
 std::string random_thread() {
-    std::random_device device;
-    char name[32];
-    std::snprintf(name, sizeof name, "run-%08x%08x", device(), device());
-    return name;
+    return "run-" + random_hex(8);
 }
 
 bool same_limits(const LeanArgs& args, const local::SharedPoolSettings& pool) {
