@@ -1,6 +1,5 @@
 #include "maf_sandbox/acas/backend.hpp"
 
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/logger.h>
@@ -15,13 +14,14 @@
 #include "backend_state.hpp"
 #include "convergence.hpp"
 #include "images.hpp"
+#include "maf_sandbox/core/declarations_check.hpp"
 #include "maf_sandbox/core/labels.hpp"
 #include "maf_sandbox/core/paths.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/core/shell_quote.hpp"
 #include "maf_sandbox/net/http.hpp"
 #include "probes.hpp"
-#include "maf_sandbox/core/random_id.hpp"
 
 namespace maf_sandbox::acas {
 
@@ -30,8 +30,6 @@ namespace asio = boost::asio;
 namespace {
 
 constexpr const char* kAcquireLabel = "acquire";
-const std::set<std::string> kReservedLabels = {"scope", "thread", "agent",
-                                               "kind",  "call",   kAcquireLabel};
 
 bool needs_storage(const SandboxSpec& spec) {
     for (auto c : spec->requires_capabilities) {
@@ -46,18 +44,6 @@ bool needs_storage(const SandboxSpec& spec) {
 
 bool needs(const SandboxSpec& spec, Capability c) {
     return spec->requires_capabilities.count(c) > 0;
-}
-
-// The labels a key's sandbox of one kind is found by (no spec extras, no acquire nonce).
-std::map<std::string, std::string> key_selector(const SandboxKey& key,
-                                                const std::optional<std::string>& kind) {
-    auto labels = scope_selector(key.scope, key.thread_id);
-    labels["agent"] = label_value(key.agent_dir);
-    if (!key.call_id.empty())
-        labels["call"] = label_value(key.call_id);
-    if (kind)
-        labels["kind"] = label_value(*kind);
-    return labels;
 }
 
 std::string storage_base(const SandboxSpec& spec) {
@@ -109,7 +95,7 @@ Task<std::vector<SandboxInfo>> key_holders(AcasClient& client, const SandboxKey&
     }
     const bool conversation_key = key.call_id.empty();
     std::erase_if(found, [&](const SandboxInfo& info) {
-        return (conversation_key && info.labels.count("call")) ||
+        return (conversation_key && info.labels.count(std::string(identity_label::call))) ||
                net::iequals(info.state, "Deleting") || net::iequals(info.state, "Failed");
     });
     co_return found;
@@ -461,27 +447,14 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
         throw InvalidArgument("isolation scope `call` needs the key to name the tool call");
     }
     for (const auto& [label, value] : spec->labels) {
-        if (kReservedLabels.count(label)) {
+        if (is_identity_label(label) || label == kAcquireLabel) {
             throw InvalidArgument(
                 fmt::format("reserved sandbox label '{}' in the spec; rename it", label));
         }
     }
-    for (const auto& rule : spec->egress_allow) {
-        if (is_method_scoped_egress_rule(rule)) {
-            throw SandboxCapabilityNotSupported(
-                "the ACAS backend does not enforce method-scoped egress rules (egress_methods); "
-                "allow the host for every method or choose another backend");
-        }
-    }
-    if (spec->egress == Egress::unrestricted) {
-        throw SandboxEgressNotEnforced(
-            "the ACAS backend serves only closed and allowlist egress; name the hosts to allow");
-    }
-    if (needs(spec, Capability::attached_identity) || needs(spec, Capability::run_code) ||
-        needs(spec, Capability::snapshot) || needs(spec, Capability::reclaim)) {
-        throw SandboxCapabilityNotSupported(
-            "the ACAS backend does not offer attached_identity, run_code, snapshot or reclaim");
-    }
+    // What the declarations do not cover (method-scoped egress, unrestricted egress, withheld
+    // capabilities, limits) is refused here as the router refuses it.
+    ensure_declared(spec, name(), declarations());
     const bool storage = needs_storage(spec);
     const auto base = storage_base(spec);
     const auto wanted_egress = egress_of(spec);
@@ -806,11 +779,13 @@ Task<std::optional<DisposalFailure>> AcasBackend::dispose(SandboxKey key,
         try {
             for (const auto& info : co_await lease->list_sandboxes(
                      key_selector(key, kind), deadline_after(state->config.client_wait))) {
-                if (key.call_id.empty() && info.labels.count("call"))
+                if (!labels_match_key(info.labels, key, kind))
                     continue;
-                if (!ids.count(info.id))
+                if (!ids.count(info.id)) {
+                    const auto stamped = info.labels.find(std::string(identity_label::kind));
                     ids[info.id] =
-                        kind.value_or(info.labels.count("kind") ? info.labels.at("kind") : "");
+                        kind.value_or(stamped != info.labels.end() ? stamped->second : "");
+                }
             }
         } catch (const boost::system::system_error&) {
             throw;

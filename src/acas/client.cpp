@@ -1,6 +1,5 @@
 #include "maf_sandbox/acas/client.hpp"
 
-
 #include <fmt/format.h>
 #include <spdlog/logger.h>
 #include <spdlog/sinks/null_sink.h>
@@ -13,8 +12,8 @@
 
 #include "client_impl.hpp"
 #include "maf_sandbox/acas/errors.hpp"
-#include "maf_sandbox/net/http_client.hpp"
 #include "maf_sandbox/core/random_id.hpp"
+#include "maf_sandbox/net/http_client.hpp"
 
 namespace maf_sandbox::acas {
 

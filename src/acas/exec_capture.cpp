@@ -1,12 +1,11 @@
 #include "exec_capture.hpp"
 
-
 #include <fmt/format.h>
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/file_transfer.hpp"
-#include "maf_sandbox/core/shell_quote.hpp"
 #include "maf_sandbox/core/random_id.hpp"
+#include "maf_sandbox/core/shell_quote.hpp"
 
 namespace maf_sandbox::acas::capture {
 

@@ -1,14 +1,13 @@
 #include "probes.hpp"
 
-
 #include <fmt/format.h>
 #include <spdlog/logger.h>
 
 #include "maf_sandbox/acas/errors.hpp"
 #include "maf_sandbox/core/paths.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/core/shell_quote.hpp"
 #include "wire.hpp"
-#include "maf_sandbox/core/random_id.hpp"
 
 namespace maf_sandbox::acas::probes {
 

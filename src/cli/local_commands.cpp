@@ -13,13 +13,13 @@
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/outputs.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/runtime/gc.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
 #include "run_transfers.hpp"
-#include "maf_sandbox/core/random_id.hpp"
 
 namespace maf_sandbox::cli {
 

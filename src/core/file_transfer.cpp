@@ -13,9 +13,9 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/paths.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/core/shell_quote.hpp"
 #include "maf_sandbox/core/utf8.hpp"
-#include "maf_sandbox/core/random_id.hpp"
 
 namespace maf_sandbox {
 

@@ -5,8 +5,8 @@
 #include <cerrno>
 
 #include "maf_sandbox/core/errors.hpp"
-#include "maf_sandbox/core/utf8.hpp"
 #include "maf_sandbox/core/random_id.hpp"
+#include "maf_sandbox/core/utf8.hpp"
 
 namespace maf_sandbox {
 namespace {

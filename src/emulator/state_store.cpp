@@ -16,8 +16,8 @@
 #include <utility>
 
 #include "maf_sandbox/core/errors.hpp"
-#include "maf_sandbox/net/tls.hpp"
 #include "maf_sandbox/core/random_id.hpp"
+#include "maf_sandbox/net/tls.hpp"
 
 namespace maf_sandbox::emulator {
 namespace json = boost::json;

@@ -16,9 +16,9 @@
 #include <map>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/kinds/sandbox_allowance.hpp"
 #include "tools.hpp"
-#include "maf_sandbox/core/random_id.hpp"
 
 namespace maf_sandbox::mcp {
 namespace {

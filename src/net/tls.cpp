@@ -15,8 +15,8 @@
 #include <sstream>
 
 #include "maf_sandbox/core/errors.hpp"
-#include "tls_context.hpp"
 #include "maf_sandbox/core/random_id.hpp"
+#include "tls_context.hpp"
 
 namespace maf_sandbox::net {
 namespace {

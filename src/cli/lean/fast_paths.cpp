@@ -7,13 +7,13 @@
 #include "full_cli.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/labels.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/core/vocabulary.hpp"
 #include "maf_sandbox/local/exec_outcome.hpp"
 #include "maf_sandbox/local/shared_pool.hpp"
 #include "maf_sandbox/local/warm_lookup.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
 #include "maf_sandbox/runtime/sandbox_process.hpp"
-#include "maf_sandbox/core/random_id.hpp"
 
 namespace maf_sandbox::cli::lean {
 
