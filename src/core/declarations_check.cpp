@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/router.hpp"  // is_method_scoped_egress_rule
 #include "name_lists.hpp"
 
 namespace maf_sandbox {

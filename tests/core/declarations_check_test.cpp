@@ -18,6 +18,7 @@ SandboxSpec spec_with(const std::function<void(SandboxSpecFields&)>& tweak) {
     SandboxSpecFields fields;
     fields.kind = "probe";
     fields.egress = Egress::closed;
+    fields.requires_capabilities = {Capability::files_in};  // declared by the fake
     tweak(fields);
     return SandboxSpec(std::move(fields));
 }
@@ -35,7 +36,6 @@ std::string thrown(const std::function<void()>& call) {
 TEST(EnsureDeclared, RefusesWhatTheDeclarationsDoNotCoverExactlyAsTheRouterDoes) {
     auto declarations = in_process_default_declarations();
     declarations.os_families = {OsFamily::posix};
-    declarations.limits.files_in.max_bytes_per_file = 100;
     InProcessBackendOptions options;
     options.isolation = Isolation::microvm;
     options.declarations = declarations;
@@ -50,7 +50,10 @@ TEST(EnsureDeclared, RefusesWhatTheDeclarationsDoNotCoverExactlyAsTheRouterDoes)
              f.egress = Egress::allowlist;
              f.egress_allow = {"GET example.com"};
          }},
-        {"SandboxTransferLimitsNotPermitted", [](auto& f) { f.files_in.max_bytes_per_file = 101; }},
+        {"SandboxTransferLimitsNotPermitted",
+         [](auto& f) {
+             f.files_in.max_bytes_per_file = kDefaultTransferLimits.max_bytes_per_file + 1;
+         }},
         {"SandboxEgressNotEnforced", [](auto& f) { f.egress = Egress::unrestricted; }},
         {"", [](auto&) {}},
     };
