@@ -85,11 +85,13 @@ Task<std::optional<DisposalFailure>> AcasBackend::dispose(SandboxKey key,
         try {
             for (const auto& info : co_await lease->list_sandboxes(
                      key_selector(key, kind), deadline_after(state->config.client_wait))) {
-                if (key.call_id.empty() && info.labels.count("call"))
+                if (!labels_match_key(info.labels, key, kind))
                     continue;
-                if (!ids.count(info.id))
+                if (!ids.count(info.id)) {
+                    const auto stamped = info.labels.find(std::string(identity_label::kind));
                     ids[info.id] =
-                        kind.value_or(info.labels.count("kind") ? info.labels.at("kind") : "");
+                        kind.value_or(stamped != info.labels.end() ? stamped->second : "");
+                }
             }
         } catch (const boost::system::system_error&) {
             throw;

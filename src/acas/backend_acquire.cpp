@@ -2,7 +2,6 @@
 // holds what the acquire knows as it goes (the slot, what the spec needs, the client it talks
 // through), and states its contract where it is declared. Errors leaving a phase say what it was
 // doing, and the whole acquire adds the key it was for.
-#include <openssl/rand.h>
 
 #include <fmt/format.h>
 #include <spdlog/logger.h>
@@ -11,9 +10,11 @@
 #include "backend_state.hpp"
 #include "convergence.hpp"
 #include "maf_sandbox/acas/backend.hpp"
+#include "maf_sandbox/core/declarations_check.hpp"
 #include "maf_sandbox/core/error_context.hpp"
 #include "maf_sandbox/core/labels.hpp"
 #include "maf_sandbox/core/paths.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/net/http.hpp"
 #include "probes.hpp"
@@ -26,23 +27,10 @@ namespace asio = boost::asio;
 namespace {
 
 constexpr const char* kAcquireLabel = "acquire";
-const std::set<std::string> kReservedLabels = {"scope",
-                                               "thread",
-                                               "agent",
-                                               "kind",
-                                               "call",
-                                               kAcquireLabel,
-                                               replacement_notice::kReplacedFromLabel};
-
-std::string random_hex(std::size_t bytes) {
-    std::vector<unsigned char> raw(bytes);
-    if (RAND_bytes(raw.data(), static_cast<int>(bytes)) != 1) {
-        throw Error("the host's random number generator failed; retry");
-    }
-    std::string out;
-    for (auto b : raw)
-        out += fmt::format("{:02x}", b);
-    return out;
+// Labels of ours beyond the identity table's: the acquire nonce and a replacement's origin.
+bool reserved_label(std::string_view label) {
+    return is_identity_label(label) || label == kAcquireLabel ||
+           label == replacement_notice::kReplacedFromLabel;
 }
 
 bool needs(const SandboxSpec& spec, Capability c) {
@@ -100,26 +88,10 @@ void check_spec(const SandboxKey& key, const SandboxSpec& spec) {
         throw InvalidArgument("isolation scope `call` needs the key to name the tool call");
     }
     for (const auto& [label, value] : spec->labels) {
-        if (kReservedLabels.count(label)) {
+        if (reserved_label(label)) {
             throw InvalidArgument(
                 fmt::format("reserved sandbox label '{}' in the spec; rename it", label));
         }
-    }
-    for (const auto& rule : spec->egress_allow) {
-        if (is_method_scoped_egress_rule(rule)) {
-            throw SandboxCapabilityNotSupported(
-                "the ACAS backend does not enforce method-scoped egress rules (egress_methods); "
-                "allow the host for every method or choose another backend");
-        }
-    }
-    if (spec->egress == Egress::unrestricted) {
-        throw SandboxEgressNotEnforced(
-            "the ACAS backend serves only closed and allowlist egress; name the hosts to allow");
-    }
-    if (needs(spec, Capability::attached_identity) || needs(spec, Capability::run_code) ||
-        needs(spec, Capability::snapshot) || needs(spec, Capability::reclaim)) {
-        throw SandboxCapabilityNotSupported(
-            "the ACAS backend does not offer attached_identity, run_code, snapshot or reclaim");
     }
 }
 
@@ -136,7 +108,7 @@ Task<std::vector<SandboxInfo>> key_holders(AcasClient& client, const SandboxKey&
     }
     const bool conversation_key = key.call_id.empty();
     std::erase_if(found, [&](const SandboxInfo& info) {
-        return (conversation_key && info.labels.count("call")) ||
+        return (conversation_key && info.labels.count(std::string(identity_label::call))) ||
                net::iequals(info.state, "Deleting") || net::iequals(info.state, "Failed");
     });
     co_return found;
@@ -553,6 +525,9 @@ Task<std::shared_ptr<Sandbox>> AcasBackend::acquire(SandboxKey key, SandboxSpec 
     auto state = state_;
     State::Operation operation(state);
     check_spec(key, spec);
+    // What the declarations do not cover (method-scoped egress, unrestricted egress, withheld
+    // capabilities, limits) is refused here as the router refuses it.
+    ensure_declared(spec, name(), declarations());
     Acquisition acquisition(state, std::move(key), std::move(spec));
     co_return co_await with_context(acquisition.context(), acquisition.run());
 }

@@ -58,17 +58,6 @@ std::shared_ptr<ClientPool> pool_of(const AcasSandboxConfig& config, bool emulat
 }
 }  // namespace
 
-std::map<std::string, std::string> key_selector(const SandboxKey& key,
-                                                const std::optional<std::string>& kind) {
-    auto labels = scope_selector(key.scope, key.thread_id);
-    labels["agent"] = label_value(key.agent_dir);
-    if (!key.call_id.empty())
-        labels["call"] = label_value(key.call_id);
-    if (kind)
-        labels["kind"] = label_value(*kind);
-    return labels;
-}
-
 void Lifecycle::enter() {
     std::lock_guard lock(mutex_);
     if (closed_)

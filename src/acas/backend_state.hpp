@@ -16,6 +16,8 @@
 #include "image_catalogue.hpp"
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/acas/client.hpp"
+#include "maf_sandbox/core/confined_sandbox.hpp"
+#include "maf_sandbox/core/labels.hpp"
 #include "maf_sandbox/core/paths.hpp"
 #include "slot_table.hpp"
 
@@ -24,10 +26,6 @@ class logger;
 }
 
 namespace maf_sandbox::acas {
-
-// The labels a key's sandbox of one kind is found by (no spec extras, no acquire nonce).
-std::map<std::string, std::string> key_selector(const SandboxKey& key,
-                                                const std::optional<std::string>& kind);
 
 // Open until close(), then closed for good; counts the operations close() drains. Its own mutex.
 class Lifecycle {
@@ -86,30 +84,23 @@ struct AcasBackend::State : std::enable_shared_from_this<AcasBackend::State> {
     Task<void> dispose_invalidated(std::shared_ptr<HeldSandbox> sandbox);
 };
 
-class AcasSandbox : public Sandbox {
+// The file methods are ConfinedSandbox's, over AcasFileOps (sandbox.cpp).
+class AcasSandbox : public ConfinedSandbox {
   public:
     AcasSandbox(std::shared_ptr<AcasBackend::State> state, std::shared_ptr<HeldSandbox> held);
 
     std::string base_directory() const override;
     Task<ExecResult> exec(ExecRequest request) override;
     Task<ExecResult> run_code(std::string code, Seconds timeout) override;
-    Task<void> write_file(std::string path, std::string content,
-                          std::string working_directory) override;
-    Task<std::optional<SandboxEntry>> stat_file(std::string path,
-                                                std::string working_directory) override;
-    Task<std::string> read_file(std::string path, std::string working_directory,
-                                std::uint64_t max_bytes) override;
-    Task<std::vector<SandboxEntry>> list_dir(std::string path,
-                                             std::string working_directory) override;
-    Task<void> remove(std::string path, std::string working_directory, bool recursive) override;
     Task<void> reclaim(std::string directory, std::string working_directory,
                        Seconds timeout) override;
 
     const std::string& id() const { return held_->id; }
     // The unconfined, no-follow stat the ancestor walk runs on (absolute path).
     Task<std::optional<SandboxEntry>> raw_stat(std::string absolute_path, Deadline deadline);
-    // raw_stat bound to one deadline: the unconfined, no-follow stat the ancestor walk takes.
-    NoFollowStat no_follow_stat(Deadline deadline);
+
+  protected:
+    Task<void> with_file_ops(FileWork work) override;
 
   private:
     void require_usable() const;

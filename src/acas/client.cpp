@@ -1,7 +1,5 @@
 #include "maf_sandbox/acas/client.hpp"
 
-#include <openssl/rand.h>
-
 #include <fmt/format.h>
 #include <spdlog/logger.h>
 #include <spdlog/sinks/null_sink.h>
@@ -15,6 +13,7 @@
 #include "client_impl.hpp"
 #include "maf_sandbox/acas/errors.hpp"
 #include "maf_sandbox/core/error_context.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/net/http_client.hpp"
 
 namespace maf_sandbox::acas {
@@ -38,17 +37,7 @@ void require_path_segment(std::string_view value, std::string_view what) {
 namespace detail {
 
 std::string new_request_id() {
-    unsigned char b[16];
-    if (RAND_bytes(b, sizeof b) != 1) {
-        throw Error("the host's random number generator failed; retry");
-    }
-    b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
-    b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
-    return fmt::format(
-        "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:"
-        "02x}{:02x}",
-        b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-        b[14], b[15]);
+    return random_uuid4();
 }
 
 std::optional<Seconds> retry_after_of(const net::HttpResponse& response) {

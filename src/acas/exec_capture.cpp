@@ -1,24 +1,16 @@
 #include "exec_capture.hpp"
 
-#include <openssl/rand.h>
-
 #include <fmt/format.h>
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/file_transfer.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/core/shell_quote.hpp"
 
 namespace maf_sandbox::acas::capture {
 
 std::string new_token() {
-    unsigned char bytes[16];
-    if (RAND_bytes(bytes, sizeof bytes) != 1) {
-        throw Error("the host's random number generator failed; retry the command");
-    }
-    std::string token = "maf-exec-";
-    for (unsigned char b : bytes)
-        token += fmt::format("{:02x}", b);
-    return token;
+    return "maf-exec-" + random_hex(16);
 }
 
 std::string scratch_dir(const std::string& token) {

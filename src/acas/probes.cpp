@@ -1,28 +1,17 @@
 #include "probes.hpp"
 
-#include <openssl/rand.h>
-
 #include <fmt/format.h>
 #include <spdlog/logger.h>
 
 #include "maf_sandbox/acas/errors.hpp"
 #include "maf_sandbox/core/paths.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/core/shell_quote.hpp"
 #include "wire.hpp"
 
 namespace maf_sandbox::acas::probes {
 
 namespace {
-
-std::string random_hex() {
-    unsigned char bytes[12];
-    if (RAND_bytes(bytes, sizeof bytes) != 1)
-        throw Error("the host's random number generator failed");
-    std::string out;
-    for (auto b : bytes)
-        out += fmt::format("{:02x}", b);
-    return out;
-}
 
 bool needs(const SandboxSpec& spec, Capability c) {
     return spec->requires_capabilities.count(c) > 0;
@@ -41,7 +30,7 @@ NoFollowStat stat_through(AcasClient& client, const std::string& id, Deadline de
 // The removal probe: true (observed removal), false (completed refusal), nullopt (inconclusive).
 Task<std::optional<bool>> removal_probe(AcasClient& client, const std::string& id,
                                         Deadline deadline, spdlog::logger& log) {
-    const auto dir = "/.maf-authority-" + random_hex();
+    const auto dir = "/.maf-authority-" + random_hex(12);
     const auto file = dir + "/probe";
     const auto stat = stat_through(client, id, deadline);
     std::optional<bool> verdict;
@@ -139,7 +128,7 @@ Task<void> run_acquire_probes(AcasBackend::State& state, AcasClient& client,
         held->capture_ok = true;
     }
     if (needs(spec, Capability::host_tools) && !host_tools_ok) {
-        const auto missing = shell_quote("/tmp/.maf-missing-" + random_hex());
+        const auto missing = shell_quote("/tmp/.maf-missing-" + random_hex(12));
         const auto script = fmt::format(
             "mkdir -p / || exit 11; mv -f {m} {m}-to 2>/dev/null; [ \"$?\" -eq 1 ] || exit 12; "
             "nohup sh -c 'exit 0' </dev/null >/dev/null 2>&1 || exit 13",

@@ -1,6 +1,7 @@
 // AcasSandbox: one ACAS sandbox as the protocol's Sandbox. Exec is bounded byte capture over the
-// text-only exec; writes run as the guest; stat/read/list are native with the ancestor walk;
-// removal runs as the guest and is confirmed through the file plane.
+// text-only exec; the file methods' prologue is the ConfinedSandbox base's, over AcasFileOps:
+// writes run as the guest; stat/read/list are native; removal runs as the guest and is confirmed
+// through the file plane.
 #include <fmt/format.h>
 #include <spdlog/logger.h>
 #include <boost/asio/cancellation_type.hpp>
@@ -53,13 +54,6 @@ std::string command_line(const ExecRequest& request) {
         prefix += fmt::format("export {}={}; ", name, shell_quote(value));
     }
     return prefix + line;
-}
-
-std::string relative_to(const std::string& absolute, const std::string& working_directory) {
-    auto relative = guest_path_relative_to(absolute, working_directory);
-    if (!relative || relative->empty())
-        return ".";
-    return *relative;
 }
 
 }  // namespace
@@ -222,10 +216,6 @@ Task<ExecResult> AcasSandbox::exec(ExecRequest request) {
     std::rethrow_exception(failure);
 }
 
-NoFollowStat AcasSandbox::no_follow_stat(Deadline deadline) {
-    return [this, deadline](std::string path) { return raw_stat(std::move(path), deadline); };
-}
-
 Task<std::optional<SandboxEntry>> AcasSandbox::raw_stat(std::string absolute_path,
                                                         Deadline deadline) {
     auto lease = co_await state_->lease(held_->binding);
@@ -236,162 +226,113 @@ Task<std::optional<SandboxEntry>> AcasSandbox::raw_stat(std::string absolute_pat
     co_return SandboxEntry{absolute_path, entry.kind, entry.size};
 }
 
-Task<void> AcasSandbox::write_file(std::string path, std::string content,
-                                   std::string working_directory) {
-    AcasBackend::State::Operation operation(state_);
-    require_usable();
-    const auto wd = resolve_working_directory(working_directory, held_->base);
-    const auto deadline = deadline_after(state_->config.read_timeout);
-    const auto stat = no_follow_stat(deadline);
-    const auto target = co_await confine_guest_write_path(stat, path, wd);
-    // Always as the guest: no probe or guest output can select the host file plane.
-    co_await write_file_over_exec(*this, target, std::move(content), "/",
-                                  std::chrono::duration<double>(deadline - SteadyClock::now()));
-}
+// The file plane's stat, list and read; writes and removals run as the guest through exec, so no
+// probe or guest output can select the host file plane for them. One deadline bounds the whole
+// operation.
+class AcasFileOps final : public GuestFileOps {
+  public:
+    AcasFileOps(AcasSandbox& sandbox, AcasBackend::State& state, const HeldSandbox& held,
+                Deadline deadline)
+        : sandbox_(sandbox), state_(state), held_(held), deadline_(deadline) {}
 
-Task<std::optional<SandboxEntry>> AcasSandbox::stat_file(std::string path,
-                                                         std::string working_directory) {
-    AcasBackend::State::Operation operation(state_);
-    require_usable();
-    const auto wd = resolve_working_directory(working_directory, held_->base);
-    const auto absolute = confine_guest_path(path, wd);
-    const auto deadline = deadline_after(state_->config.read_timeout);
-    const auto stat = no_follow_stat(deadline);
-    co_await refuse_symlinked_ancestors(stat, absolute, wd);
-    auto entry = co_await raw_stat(absolute, deadline);
-    if (!entry)
-        co_return std::nullopt;
-    entry->path = relative_to(absolute, wd);
-    co_return entry;
-}
+    Task<std::optional<SandboxEntry>> stat(std::string absolute_path) override {
+        return sandbox_.raw_stat(std::move(absolute_path), deadline_);
+    }
 
-Task<std::string> AcasSandbox::read_file(std::string path, std::string working_directory,
-                                         std::uint64_t max_bytes) {
-    AcasBackend::State::Operation operation(state_);
-    require_usable();
-    const auto wd = resolve_working_directory(working_directory, held_->base);
-    const auto absolute = confine_guest_path(path, wd);
-    const auto deadline = deadline_after(state_->config.read_timeout);
-    const auto stat = no_follow_stat(deadline);
-    co_await refuse_symlinked_ancestors(stat, absolute, wd);
-    const auto entry = co_await raw_stat(absolute, deadline);
-    if (!entry)
-        throw FileNotFound(fmt::format("{} does not exist in the sandbox", path), ENOENT);
-    if (entry->kind == EntryKind::symlink) {
-        throw FileError(fmt::format("{} is a link; links are named, never read through", path),
-                        ELOOP);
+    Task<void> write(std::string absolute_path, std::string content) override {
+        co_await write_file_over_exec(sandbox_, absolute_path, std::move(content), "/",
+                                      remaining());
     }
-    if (entry->kind == EntryKind::directory) {
-        throw IsADirectory(fmt::format("{} is a directory, not a file", path), EISDIR);
-    }
-    if (!entry->size_bytes) {
-        throw SandboxOutputSizeUnknown(fmt::format(
-            "the service did not report a trustworthy size for {}; refusing to read it", path));
-    }
-    if (*entry->size_bytes > max_bytes) {
-        throw SandboxTransferCapExceeded(
-            fmt::format("{} is {} bytes, over the {}-byte cap; refused, not truncated", path,
-                        *entry->size_bytes, max_bytes));
-    }
-    auto lease = co_await state_->lease(held_->binding);
-    std::optional<std::string> bytes;
-    try {
-        // The read follows links, so it runs only after the stat classified a regular file; a
-        // FIFO looks like an empty file and never answers, which the deadline turns into Timeout.
-        bytes = co_await lease->read_file(held_->id, absolute, max_bytes, deadline);
-    } catch (const Timeout&) {
-        throw Timeout(fmt::format(
-            "reading {} did not finish within read_timeout_seconds (a FIFO never answers); refused",
-            path));
-    }
-    if (!bytes)
-        throw FileNotFound(fmt::format("{} disappeared before it was read", path), ENOENT);
-    co_return std::move(*bytes);
-}
 
-Task<std::vector<SandboxEntry>> AcasSandbox::list_dir(std::string path,
-                                                      std::string working_directory) {
-    AcasBackend::State::Operation operation(state_);
-    require_usable();
-    const auto wd = resolve_working_directory(working_directory, held_->base);
-    const auto absolute = confine_guest_path(path, wd);
-    const auto deadline = deadline_after(state_->config.read_timeout);
-    const auto stat = no_follow_stat(deadline);
-    co_await refuse_symlinked_ancestors(stat, absolute, wd, true);
-    const auto self = co_await raw_stat(absolute, deadline);
-    if (!self)
-        throw FileNotFound(fmt::format("{} does not exist in the sandbox", path), ENOENT);
-    if (self->kind == EntryKind::symlink) {
-        throw ConfinementEscape(fmt::format("{} is a link; links are never listed through", path));
-    }
-    if (self->kind != EntryKind::directory) {
-        throw NotADirectory(fmt::format("{} is not a directory", path), ENOTDIR);
-    }
-    auto lease = co_await state_->lease(held_->binding);
-    const auto listing = co_await lease->list_raw(held_->id, absolute, deadline);
-    if (!listing)
-        throw FileNotFound(fmt::format("{} does not exist in the sandbox", path), ENOENT);
-    const auto* entries = listing->if_contains("entries");
-    if (entries == nullptr || !entries->is_array()) {
-        throw AcasEntryPayloadIncomplete(
-            "the ACAS listing has no entries array; refusing to read it as empty");
-    }
-    std::vector<SandboxEntry> out;
-    for (const auto& item : entries->as_array()) {
-        auto entry = wire::parse_entry(item);
-        if (entry.path.empty()) {
-            throw AcasEntryPayloadIncomplete("an ACAS listing entry has no path");
+    Task<std::string> read(std::string absolute_path, std::uint64_t max_bytes) override {
+        auto lease = co_await state_.lease(held_.binding);
+        std::optional<std::string> bytes;
+        try {
+            // The read follows links, so it runs only after the stat classified a regular file; a
+            // FIFO looks like an empty file and never answers, which the deadline turns into
+            // Timeout.
+            bytes = co_await lease->read_file(held_.id, absolute_path, max_bytes, deadline_);
+        } catch (const Timeout&) {
+            throw Timeout(
+                fmt::format("reading {} did not finish within read_timeout_seconds (a "
+                            "FIFO never answers); refused",
+                            absolute_path));
         }
-        const auto normal = normpath(entry.path);
-        if (guest_dirname(normal) != normpath(absolute) || normal == normpath(absolute)) {
-            throw ConfinementEscape(fmt::format(
-                "the listing of {} named an entry that is not its direct child; refused", path));
-        }
-        out.push_back(SandboxEntry{relative_to(normal, wd), entry.kind, entry.size});
+        if (!bytes)
+            throw FileNotFound(fmt::format("{} disappeared before it was read", absolute_path),
+                               ENOENT);
+        co_return std::move(*bytes);
     }
-    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
-    co_return out;
-}
 
-Task<void> AcasSandbox::remove(std::string path, std::string working_directory, bool recursive) {
+    Task<std::vector<SandboxEntry>> list(std::string absolute_path) override {
+        auto lease = co_await state_.lease(held_.binding);
+        const auto listing = co_await lease->list_raw(held_.id, absolute_path, deadline_);
+        if (!listing)
+            throw FileNotFound(fmt::format("{} does not exist in the sandbox", absolute_path),
+                               ENOENT);
+        const auto* entries = listing->if_contains("entries");
+        if (entries == nullptr || !entries->is_array()) {
+            throw AcasEntryPayloadIncomplete(
+                "the ACAS listing has no entries array; refusing to read it as empty");
+        }
+        std::vector<SandboxEntry> out;
+        for (const auto& item : entries->as_array()) {
+            auto entry = wire::parse_entry(item);
+            if (entry.path.empty()) {
+                throw AcasEntryPayloadIncomplete("an ACAS listing entry has no path");
+            }
+            // The service's answer is not trusted to stay inside the directory asked about.
+            auto normal = normpath(entry.path);
+            if (guest_dirname(normal) != absolute_path || normal == absolute_path) {
+                throw ConfinementEscape(fmt::format(
+                    "the listing of {} named an entry that is not its direct child; refused",
+                    absolute_path));
+            }
+            out.push_back(SandboxEntry{std::move(normal), entry.kind, entry.size});
+        }
+        co_return out;
+    }
+
+    Task<void> remove(std::string absolute_path, const SandboxEntry&, bool recursive) override {
+        ExecRequest request;
+        request.command = Argv{"rm", recursive ? "-rf" : "-f", "--", absolute_path};
+        request.environment["LC_ALL"] = "C";  // libc's messages, which the refusal is read from
+        request.working_directory = "/";
+        request.timeout = remaining();
+        request.max_output_bytes = 4096;
+        const auto result = co_await sandbox_.exec(std::move(request));
+        if (result.exit_code != 0) {
+            const auto message = fmt::format("removing {} failed in the guest (exit {}): {}",
+                                             absolute_path, result.exit_code, result.stderr_text());
+            if (result.stderr_text().find("Permission denied") != std::string::npos ||
+                result.stderr_text().find("Operation not permitted") != std::string::npos) {
+                throw SandboxFilePermissionRefused(message);
+            }
+            throw FileError(message);
+        }
+        const auto remaining_entry = co_await sandbox_.raw_stat(absolute_path, deadline_);
+        if (remaining_entry) {
+            throw FileError(
+                fmt::format("{} is still present after the guest removed it", absolute_path));
+        }
+    }
+
+  private:
+    Seconds remaining() const {
+        return std::chrono::duration<double>(deadline_ - SteadyClock::now());
+    }
+
+    AcasSandbox& sandbox_;
+    AcasBackend::State& state_;
+    const HeldSandbox& held_;
+    Deadline deadline_;
+};
+
+Task<void> AcasSandbox::with_file_ops(FileWork work) {
     AcasBackend::State::Operation operation(state_);
     require_usable();
-    const auto wd = resolve_working_directory(working_directory, held_->base);
-    const auto absolute = confine_guest_path(path, wd);
-    if (normpath(absolute) == normpath(wd)) {
-        throw ConfinementEscape("refusing to remove the working directory itself");
-    }
-    const auto deadline = deadline_after(state_->config.read_timeout);
-    const auto stat = no_follow_stat(deadline);
-    co_await refuse_symlinked_ancestors(stat, absolute, wd);
-    const auto entry = co_await raw_stat(absolute, deadline);
-    if (!entry)
-        co_return;  // missing is success, no command needed
-    if (entry->kind == EntryKind::directory && !recursive) {
-        throw FileError(fmt::format("{} is a directory; pass recursive to remove it", path),
-                        EISDIR);
-    }
-    // As the guest: the probe never authorizes a host-plane delete.
-    ExecRequest request;
-    request.command = Argv{"rm", recursive ? "-rf" : "-f", "--", absolute};
-    request.environment["LC_ALL"] = "C";  // libc's messages, which the refusal is read from
-    request.working_directory = "/";
-    request.timeout = std::chrono::duration<double>(deadline - SteadyClock::now());
-    request.max_output_bytes = 4096;
-    const auto result = co_await exec(std::move(request));
-    if (result.exit_code != 0) {
-        const auto message = fmt::format("removing {} failed in the guest (exit {}): {}", path,
-                                         result.exit_code, result.stderr_text());
-        if (result.stderr_text().find("Permission denied") != std::string::npos ||
-            result.stderr_text().find("Operation not permitted") != std::string::npos) {
-            throw SandboxFilePermissionRefused(message);
-        }
-        throw FileError(message);
-    }
-    const auto remaining = co_await raw_stat(absolute, deadline);
-    if (remaining) {
-        throw FileError(fmt::format("{} is still present after the guest removed it", path));
-    }
+    AcasFileOps ops(*this, *state_, *held_, deadline_after(state_->config.read_timeout));
+    co_await work(ops);
 }
 
 }  // namespace maf_sandbox::acas

@@ -2,7 +2,6 @@
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>
-#include <openssl/rand.h>
 #include <openssl/x509.h>
 
 #include <fmt/format.h>
@@ -13,6 +12,7 @@
 #include <sstream>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 
 namespace maf_sandbox::azure::detail {
 
@@ -92,9 +92,7 @@ CertificateSigner CertificateSigner::from_pem(std::string_view pem, std::string_
 std::string CertificateSigner::assertion(std::string_view client_id,
                                          std::string_view audience) const {
     unsigned char random[16];
-    if (RAND_bytes(random, sizeof random) != 1) {
-        throw Error("the host's random number generator failed; retry");
-    }
+    fill_random(random);
     const auto now = std::chrono::duration_cast<std::chrono::seconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();

@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <boost/json.hpp>
 #include <iostream>
-#include <random>
 
 #include "backends.hpp"
 #include "cli.hpp"
@@ -14,6 +13,7 @@
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/outputs.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
@@ -216,8 +216,7 @@ std::vector<Listed> list_sandboxes(const LocalOptions& options, const Context& c
 }
 
 std::string random_thread() {
-    std::random_device device;
-    return fmt::format("run-{:08x}{:08x}", device(), device());
+    return "run-" + random_hex(8);
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "maf_sandbox/core/file_transfer.hpp"
 
 #include <openssl/evp.h>
-#include <openssl/rand.h>
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -14,6 +13,7 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/paths.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/core/shell_quote.hpp"
 #include "maf_sandbox/core/utf8.hpp"
 
@@ -38,20 +38,6 @@ struct DeadlineBetweenCommands {};
 struct NeverSent {
     std::exception_ptr timeout;
 };
-
-std::string random_hex(std::size_t bytes) {
-    std::string raw(bytes, '\0');
-    if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(bytes)) != 1) {
-        throw Error("the host's random number generator failed; retry the transfer");
-    }
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string text;
-    for (unsigned char c : raw) {
-        text += kHex[c >> 4];
-        text += kHex[c & 0x0f];
-    }
-    return text;
-}
 
 void refuse_invalid_path(const std::string& path) {
     if (path.find_first_of(std::string_view("\0\r\n", 3)) != std::string::npos) {

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
-
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/paths.hpp"
 #include "maf_sandbox/core/shell_quote.hpp"
@@ -105,10 +103,6 @@ void InProcessSandbox::erase_tree(const std::string& absolute_path) {
     erase_under(directories_, absolute_path, prefix);
 }
 
-std::string InProcessSandbox::working_directory_of(const std::string& working_directory) const {
-    return resolve_working_directory(working_directory, base_directory_);
-}
-
 ExecResult InProcessSandbox::scripted(const std::string& text) const {
     for (const auto& [marker, result] : options_.outputs) {
         if (text.find(marker) != std::string::npos) {
@@ -120,7 +114,7 @@ ExecResult InProcessSandbox::scripted(const std::string& text) const {
 
 Task<ExecResult> InProcessSandbox::exec(ExecRequest request) {
     // Refuses a NUL or invalid UTF-8 working directory before recording, as a real backend does.
-    working_directory_of(request.working_directory);
+    resolve_working_directory(request.working_directory, base_directory_);
     std::string line;
     if (const auto* argv = std::get_if<Argv>(&request.command)) {
         line = shell_join(*argv);
@@ -142,156 +136,75 @@ Task<ExecResult> InProcessSandbox::run_code(std::string code, Seconds timeout) {
     co_return scripted(code);
 }
 
-namespace {
+// The fake's primitives over its own stores; the base has confined and walked every path.
+class InProcessFileOps final : public GuestFileOps {
+  public:
+    explicit InProcessFileOps(InProcessSandbox& sandbox) : sandbox_(sandbox) {}
 
-// The no-follow stat the confinement helpers walk with, over the fake's own stores.
-NoFollowStat stat_of(const InProcessSandbox& sandbox) {
-    return [&sandbox](std::string path) -> Task<std::optional<SandboxEntry>> {
-        co_return sandbox.stat_absolute(path);
-    };
-}
+    Task<std::optional<SandboxEntry>> stat(std::string absolute_path) override {
+        co_return sandbox_.stat_absolute(absolute_path);
+    }
 
-}  // namespace
+    Task<void> write(std::string absolute_path, std::string content) override {
+        sandbox_.non_regular_.erase(absolute_path);
+        sandbox_.contents_[absolute_path] = std::move(content);
+        co_return;
+    }
 
-Task<void> InProcessSandbox::write_file(std::string path, std::string content,
-                                        std::string working_directory) {
-    const auto wd = working_directory_of(working_directory);
-    const auto resolved = co_await confine_guest_write_path(stat_of(*this), path, wd);
-    const auto existing = stat_absolute(resolved);
-    if (existing && existing->kind == EntryKind::directory) {
-        throw IsADirectory(
-            fmt::format("cannot write '{}': it is a directory; name a file instead", path), EISDIR);
+    Task<std::string> read(std::string absolute_path, std::uint64_t) override {
+        co_return sandbox_.contents_.at(absolute_path);
     }
-    non_regular_.erase(resolved);
-    contents_[resolved] = std::move(content);
-}
 
-Task<std::optional<SandboxEntry>> InProcessSandbox::stat_file(std::string path,
-                                                              std::string working_directory) {
-    const auto wd = working_directory_of(working_directory);
-    const auto resolved = confine_guest_path(path, wd);
-    co_await refuse_symlinked_ancestors(stat_of(*this), resolved, wd);
-    auto entry = stat_absolute(resolved);
-    if (entry) {
-        entry->path = guest_path_relative_to(resolved, wd).value_or(resolved);
-    }
-    co_return entry;
-}
-
-Task<std::string> InProcessSandbox::read_file(std::string path, std::string working_directory,
-                                              std::uint64_t max_bytes) {
-    const auto wd = working_directory_of(working_directory);
-    const auto resolved = confine_guest_path(path, wd);
-    co_await refuse_symlinked_ancestors(stat_of(*this), resolved, wd);
-    const auto entry = stat_absolute(resolved);
-    if (!entry) {
-        throw FileNotFound(fmt::format("cannot read '{}': no such file; check the path", path),
-                           ENOENT);
-    }
-    switch (entry->kind) {
-        case EntryKind::file:
-            break;
-        case EntryKind::directory:
-            throw IsADirectory(
-                fmt::format("cannot read '{}': it is a directory; name a file instead", path),
-                EISDIR);
-        case EntryKind::symlink:
-            throw FileError(fmt::format("refusing to read '{}': it is a link and links are never "
-                                        "followed; read the real file",
-                                        path),
-                            ELOOP);
-        case EntryKind::other:
-            throw FileError(
-                fmt::format("refusing to read '{}': it is not a regular file; only "
-                            "regular files are read",
-                            path));
-    }
-    const auto& bytes = contents_.at(resolved);
-    if (bytes.size() > max_bytes) {
-        throw SandboxTransferCapExceeded(
-            fmt::format("refusing to read '{}': it holds {} bytes, over the cap of {}; raise the "
-                        "cap or produce a smaller file",
-                        path, bytes.size(), max_bytes));
-    }
-    co_return bytes;
-}
-
-Task<std::vector<SandboxEntry>> InProcessSandbox::list_dir(std::string path,
-                                                           std::string working_directory) {
-    const auto wd = working_directory_of(working_directory);
-    const auto resolved = confine_guest_path(path, wd);
-    co_await refuse_symlinked_ancestors(stat_of(*this), resolved, wd, /*include_self=*/true);
-    const auto entry = stat_absolute(resolved);
-    if (!entry) {
-        throw FileNotFound(fmt::format("cannot list '{}': no such directory; check the path", path),
-                           ENOENT);
-    }
-    if (entry->kind != EntryKind::directory) {
-        throw NotADirectory(
-            fmt::format("cannot list '{}': it is not a directory; name a directory", path),
-            ENOTDIR);
-    }
-    const auto prefix = descendant_prefix(resolved);
-    std::set<std::string> children;
-    auto collect = [&](const std::string& stored) {
-        if (stored.starts_with(prefix) && stored.size() > prefix.size()) {
-            const auto rest = stored.substr(prefix.size());
-            children.insert(prefix + rest.substr(0, rest.find('/')));
-        }
-    };
-    for (const auto& [stored, bytes] : contents_) {
-        collect(stored);
-    }
-    for (const auto* store : {&symlinks_, &non_regular_, &directories_}) {
-        for (const auto& stored : *store) {
+    Task<std::vector<SandboxEntry>> list(std::string absolute_path) override {
+        const auto prefix = descendant_prefix(absolute_path);
+        std::set<std::string> children;
+        auto collect = [&](const std::string& stored) {
+            if (stored.starts_with(prefix) && stored.size() > prefix.size()) {
+                const auto rest = stored.substr(prefix.size());
+                children.insert(prefix + rest.substr(0, rest.find('/')));
+            }
+        };
+        for (const auto& [stored, bytes] : sandbox_.contents_) {
             collect(stored);
         }
+        for (const auto* store :
+             {&sandbox_.symlinks_, &sandbox_.non_regular_, &sandbox_.directories_}) {
+            for (const auto& stored : *store) {
+                collect(stored);
+            }
+        }
+        std::vector<SandboxEntry> listing;
+        for (const auto& child : children) {
+            listing.push_back(*sandbox_.stat_absolute(child));
+        }
+        co_return listing;
     }
-    std::vector<SandboxEntry> listing;
-    for (const auto& child : children) {
-        auto child_entry = stat_absolute(child);
-        child_entry->path = guest_path_relative_to(child, wd).value_or(child);
-        listing.push_back(std::move(*child_entry));
-    }
-    std::sort(listing.begin(), listing.end(),
-              [](const SandboxEntry& a, const SandboxEntry& b) { return a.path < b.path; });
-    co_return listing;
-}
 
-Task<void> InProcessSandbox::remove(std::string path, std::string working_directory,
-                                    bool recursive) {
-    const auto wd = working_directory_of(working_directory);
-    const auto resolved = confine_guest_path(path, wd);
-    if (resolved == wd) {
-        throw ConfinementEscape(fmt::format(
-            "refusing to remove '{}': it names the working directory itself; name a path inside it",
-            path));
+    Task<void> remove(std::string absolute_path, const SandboxEntry& leaf, bool) override {
+        switch (leaf.kind) {
+            case EntryKind::symlink:
+                sandbox_.symlinks_.erase(absolute_path);  // a link has no children: only it goes
+                break;
+            case EntryKind::file:
+                sandbox_.contents_.erase(absolute_path);
+                break;
+            case EntryKind::other:
+                sandbox_.non_regular_.erase(absolute_path);
+                break;
+            case EntryKind::directory:
+                sandbox_.erase_tree(absolute_path);
+                break;
+        }
+        co_return;
     }
-    co_await refuse_symlinked_ancestors(stat_of(*this), resolved, wd);
-    const auto entry = stat_absolute(resolved);
-    if (!entry) {
-        co_return;  // already gone: removal is idempotent
-    }
-    switch (entry->kind) {
-        case EntryKind::symlink:
-            symlinks_.erase(resolved);  // a link has no children: only the link goes
-            co_return;
-        case EntryKind::file:
-            contents_.erase(resolved);
-            co_return;
-        case EntryKind::other:
-            non_regular_.erase(resolved);
-            co_return;
-        case EntryKind::directory:
-            break;
-    }
-    if (!recursive) {
-        throw FileError(fmt::format("refusing to remove '{}': it is a directory; pass recursive "
-                                    "to remove it and everything in it",
-                                    path),
-                        EISDIR);
-    }
-    erase_tree(resolved);
+
+  private:
+    InProcessSandbox& sandbox_;
+};
+
+Task<void> InProcessSandbox::with_file_ops(FileWork work) {
+    InProcessFileOps ops(*this);
+    co_await work(ops);
 }
 
 Task<void> InProcessSandbox::reclaim(std::string directory, std::string, Seconds) {

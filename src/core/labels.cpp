@@ -55,6 +55,10 @@ std::string label_value(std::string_view raw) {
     return std::string(kHashedPrefix) + sha256_hex(raw).substr(0, kHashedHexDigits);
 }
 
+bool is_identity_label(std::string_view name) {
+    return std::find(kIdentityLabels.begin(), kIdentityLabels.end(), name) != kIdentityLabels.end();
+}
+
 std::map<std::string, std::string> sandbox_labels(const SandboxKey& key, const SandboxSpec& spec) {
     std::map<std::string, std::string> labels;
     for (const auto& [name, value] : spec->labels) {
@@ -62,21 +66,41 @@ std::map<std::string, std::string> sandbox_labels(const SandboxKey& key, const S
     }
     // Identity labels are written last: a spec's extra labels can never overwrite the labels that
     // disposal selects on.
-    labels["scope"] = label_value(key.scope);
-    labels["thread"] = label_value(key.thread_id);
-    labels["agent"] = label_value(key.agent_dir);
-    labels["kind"] = label_value(spec->kind);
-    if (!key.call_id.empty()) {
-        labels["call"] = label_value(key.call_id);
-    } else {
-        labels.erase("call");
+    labels.erase(std::string(identity_label::call));
+    for (auto& [name, value] : key_selector(key, spec->kind)) {
+        labels[name] = std::move(value);
     }
     return labels;
 }
 
 std::map<std::string, std::string> scope_selector(std::string_view scope,
                                                   std::string_view thread_id) {
-    return {{"scope", label_value(scope)}, {"thread", label_value(thread_id)}};
+    return {{std::string(identity_label::scope), label_value(scope)},
+            {std::string(identity_label::thread), label_value(thread_id)}};
+}
+
+std::map<std::string, std::string> key_selector(const SandboxKey& key,
+                                                const std::optional<std::string>& kind) {
+    auto labels = scope_selector(key.scope, key.thread_id);
+    labels[std::string(identity_label::agent)] = label_value(key.agent_dir);
+    if (!key.call_id.empty()) {
+        labels[std::string(identity_label::call)] = label_value(key.call_id);
+    }
+    if (kind) {
+        labels[std::string(identity_label::kind)] = label_value(*kind);
+    }
+    return labels;
+}
+
+bool labels_match_key(const std::map<std::string, std::string>& labels, const SandboxKey& key,
+                      const std::optional<std::string>& kind) {
+    for (const auto& [name, value] : key_selector(key, kind)) {
+        const auto it = labels.find(name);
+        if (it == labels.end() || it->second != value) {
+            return false;
+        }
+    }
+    return !key.call_id.empty() || labels.count(std::string(identity_label::call)) == 0;
 }
 
 }  // namespace maf_sandbox

@@ -2,7 +2,6 @@
 // fd-relative from the landing directory, never following a link below it.
 #include <fcntl.h>
 #include <linux/openat2.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -12,6 +11,7 @@
 #include <cstring>
 
 #include "maf_sandbox/core/outputs.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 
 namespace maf_sandbox {
 namespace {
@@ -77,15 +77,11 @@ int open_beneath(int dir, const std::string& name, int flags, mode_t mode = 0) {
 }
 
 std::string random_suffix() {
-    unsigned char bytes[8];
-    if (::getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) {
-        return std::to_string(::getpid());
+    try {
+        return random_hex(8);
+    } catch (const SystemError&) {
+        return std::to_string(::getpid());  // still unique among this host's landings
     }
-    std::string out;
-    for (const auto b : bytes) {
-        out += fmt::format("{:02x}", b);
-    }
-    return out;
 }
 
 }  // namespace

@@ -2,11 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <array>
 #include <cerrno>
-#include <random>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/core/utf8.hpp"
 
 namespace maf_sandbox {
@@ -192,20 +191,27 @@ Task<void> refuse_symlinked_ancestors(NoFollowStat stat, std::string guest_path,
     }
 }
 
-Task<std::string> confine_guest_write_path(NoFollowStat stat, std::string path,
-                                           std::string working_directory) {
+Task<GuestWriteTarget> confine_guest_write_target(NoFollowStat stat, std::string path,
+                                                  std::string working_directory) {
     auto resolved = confine_guest_path(path, working_directory);
     if (resolved == normpath(working_directory)) {
         throw ConfinementEscape(fmt::format(
             "guest path '{}' names the working directory itself; name a file inside it", path));
     }
     co_await refuse_symlinked_ancestors(stat, resolved, working_directory);
-    const auto leaf = co_await stat(resolved);
+    auto leaf = co_await stat(resolved);
     if (leaf && leaf->kind == EntryKind::symlink) {
         throw ConfinementEscape(fmt::format(
             "guest path '{}' is a link; links are never written through, remove it first", path));
     }
-    co_return resolved;
+    co_return GuestWriteTarget{std::move(resolved), std::move(leaf)};
+}
+
+Task<std::string> confine_guest_write_path(NoFollowStat stat, std::string path,
+                                           std::string working_directory) {
+    auto target = co_await confine_guest_write_target(std::move(stat), std::move(path),
+                                                      std::move(working_directory));
+    co_return std::move(target.resolved);
 }
 
 std::string resolve_working_directory(std::string_view working_directory, std::string_view base) {
@@ -222,15 +228,7 @@ std::string resolve_working_directory(std::string_view working_directory, std::s
 }
 
 std::string guest_call_path(std::string_view work_dir) {
-    std::random_device device;
-    std::uniform_int_distribution<int> nibble(0, 15);
-    static constexpr std::array<char, 16> kHex{'0', '1', '2', '3', '4', '5', '6', '7',
-                                               '8', '9', 'a', 'b', 'c', 'd', 'e', 'f'};
-    std::string name;
-    for (int i = 0; i < 12; ++i) {
-        name += kHex[static_cast<std::size_t>(nibble(device))];
-    }
-    return join_guest_path(normpath(work_dir), name);
+    return join_guest_path(normpath(work_dir), random_hex(6));
 }
 
 }  // namespace maf_sandbox

@@ -12,38 +12,16 @@
 #include <chrono>
 #include <exception>
 
+#include "maf_sandbox/core/declarations_check.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "name_lists.hpp"
 
 namespace maf_sandbox {
+
+using detail::join;
+using detail::sorted_names;
+
 namespace {
-
-std::string join(const std::vector<std::string>& names) {
-    if (names.empty()) {
-        return "(nothing)";
-    }
-    std::string joined;
-    for (const auto& name : names) {
-        joined += joined.empty() ? "" : ", ";
-        joined += name;
-    }
-    return joined;
-}
-
-// Names are sorted as text so a message reads the same whatever the enum order is.
-template <typename Enum>
-std::string sorted_names(const std::set<Enum>& values) {
-    std::vector<std::string> names;
-    for (auto value : values) {
-        names.emplace_back(to_string(value));
-    }
-    std::sort(names.begin(), names.end());
-    return join(names);
-}
-
-std::string describe_limits(const TransferLimits& limits) {
-    return fmt::format("{} bytes per file, {} bytes in total, {} files", limits.max_bytes_per_file,
-                       limits.max_total_bytes, limits.max_files);
-}
 
 // Cancellation is the one exception the never-throwing operations let through: swallowing it
 // would keep a cancelled caller waiting on the remaining backends.
@@ -56,16 +34,6 @@ Task<void> rethrow_if_cancelled(std::exception_ptr error) {
 
 std::string_view rung_text(Isolation rung) {
     return rank_of(rung) ? to_string(rung) : std::string_view{"an unranked rung"};
-}
-
-std::vector<std::string> method_scoped_rules(const SandboxSpec& spec) {
-    std::vector<std::string> rules;
-    for (const auto& rule : spec->egress_allow) {
-        if (is_method_scoped_egress_rule(rule)) {
-            rules.push_back(rule);
-        }
-    }
-    return rules;
 }
 
 }  // namespace
@@ -174,78 +142,7 @@ void SandboxRouter::ensure_can_serve(const SandboxSpec& spec) const {
             rung_text(rung), to_string(floor)));
     }
 
-    const auto declarations = backend_->declarations();
-    std::set<Capability> missing;
-    for (auto capability : spec->requires_capabilities) {
-        if (!declarations.declares(capability)) {
-            missing.insert(capability);
-        }
-    }
-    if (!missing.empty()) {
-        throw SandboxCapabilityNotSupported(fmt::format(
-            "kind '{}' requires capabilities backend '{}' does not declare: {} (it declares: "
-            "{}); drop them from the spec's requires, or select a backend that declares them",
-            kind, backend_->name(), sorted_names(missing),
-            sorted_names(declarations.capabilities)));
-    }
-
-    if (!method_rules.empty() && !declarations.declares(Capability::egress_methods)) {
-        throw SandboxCapabilityNotSupported(fmt::format(
-            "kind '{}' has method-scoped egress rules ({}) but backend '{}' does not declare "
-            "egress_methods (it declares: {}); allow whole hosts instead, or select a backend "
-            "that declares egress_methods",
-            kind, join(method_rules), backend_->name(), sorted_names(declarations.capabilities)));
-    }
-
-    const auto scope = stronger(options_.min_isolation_scope, spec->isolation_scope);
-    const auto scopes = declarations.effective_isolation_scopes();
-    if (!scopes.count(scope)) {
-        throw SandboxIsolationScopeNotSupported(fmt::format(
-            "kind '{}' runs at isolation scope '{}' (host scope '{}', spec scope '{}') but "
-            "backend '{}' serves only: {}; lower the spec's isolation_scope if the host allows "
-            "it, or select a backend that serves '{}'",
-            kind, to_string(scope), to_string(options_.min_isolation_scope),
-            to_string(spec->isolation_scope), backend_->name(), sorted_names(scopes),
-            to_string(scope)));
-    }
-
-    if (spec->requires_os_family && !declarations.os_families.count(*spec->requires_os_family)) {
-        throw SandboxOsFamilyNotSupported(fmt::format(
-            "kind '{}' requires OS family '{}' but backend '{}' declares: {}; select a backend "
-            "that hands out '{}' guests",
-            kind, to_string(*spec->requires_os_family), backend_->name(),
-            sorted_names(declarations.os_families), to_string(*spec->requires_os_family)));
-    }
-
-    const struct {
-        std::string_view direction;
-        const TransferLimits& asked;
-        const TransferLimits& ceiling;
-    } directions[] = {
-        {"files_in", spec->files_in, declarations.limits.files_in},
-        {"files_out", spec->files_out, declarations.limits.files_out},
-    };
-    for (const auto& direction : directions) {
-        if (!direction.asked.within(direction.ceiling)) {
-            throw SandboxTransferLimitsNotPermitted(fmt::format(
-                "kind '{}' asks {} limits of {} but backend '{}' allows at most {}; lower the "
-                "spec's {} limits (they are refused, never clamped), or select a backend with "
-                "larger ceilings",
-                kind, direction.direction, describe_limits(direction.asked), backend_->name(),
-                describe_limits(direction.ceiling), direction.direction));
-        }
-    }
-
-    if (!declarations.egress_modes.count(spec->egress)) {
-        throw SandboxEgressNotEnforced(fmt::format(
-            "kind '{}' runs with egress '{}' but backend '{}' {}; choose an egress mode the "
-            "backend enforces, or select a backend that enforces '{}'",
-            kind, to_string(spec->egress), backend_->name(),
-            declarations.egress_modes.empty()
-                ? std::string("enforces nothing")
-                : fmt::format("enforces only: {}", sorted_names(declarations.egress_modes)),
-            to_string(spec->egress)));
-    }
+    ensure_declared(spec, backend_->name(), backend_->declarations(), options_.min_isolation_scope);
 }
 
 Task<std::shared_ptr<Sandbox>> SandboxRouter::acquire(SandboxKey key, SandboxSpec spec) {

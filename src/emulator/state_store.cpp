@@ -12,12 +12,12 @@
 #include <cmath>
 #include <ctime>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <utility>
 
 #include "file_plane_staging.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/net/tls.hpp"
 #include "maf_sandbox/runtime/state_dir.hpp"
 
@@ -168,14 +168,7 @@ std::string iso_time(double unix_seconds) {
 }
 
 std::string new_guid() {
-    static thread_local std::mt19937_64 random{std::random_device{}()};
-    const auto a = random();
-    const auto b = random();
-    // RFC 4122 version 4 layout.
-    return fmt::format("{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}", static_cast<std::uint32_t>(a >> 32),
-                       static_cast<std::uint16_t>(a >> 16), static_cast<std::uint16_t>(a) & 0xfff,
-                       (static_cast<std::uint16_t>(b >> 48) & 0x3fff) | 0x8000,
-                       b & 0xffffffffffffULL);
+    return random_uuid4();
 }
 
 json::object SandboxDoc::to_wire(const std::string& region) const {

@@ -14,13 +14,13 @@
 #include "local_sandbox.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/labels.hpp"
+#include "maf_sandbox/core/off_loop.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/warm_lookup.hpp"
 #include "maf_sandbox/runtime/gc.hpp"
 #include "maf_sandbox/runtime/images.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
 #include "maf_sandbox/runtime/sandbox_process.hpp"
-#include "off_loop.hpp"
 #include "sandbox_pool.hpp"
 
 namespace maf_sandbox::local {
@@ -390,25 +390,10 @@ Task<std::optional<DisposalFailure>> LocalBackend::dispose(SandboxKey key,
     auto impl = impl_;
     return off_loop(*impl->pool, [impl, key, kind]() -> std::optional<DisposalFailure> {
         try {
-            std::map<std::string, std::string> wanted{{"scope", label_value(key.scope)},
-                                                      {"thread", label_value(key.thread_id)},
-                                                      {"agent", label_value(key.agent_dir)}};
-            if (!key.call_id.empty()) {
-                wanted["call"] = label_value(key.call_id);
-            }
-            if (kind) {
-                wanted["kind"] = label_value(*kind);
-            }
             std::vector<std::string> failures;
             impl->purge_matching(
                 [&](const SandboxRecord& record) {
-                    for (const auto& [name, value] : wanted) {
-                        const auto it = record.labels.find(name);
-                        if (it == record.labels.end() || it->second != value) {
-                            return false;
-                        }
-                    }
-                    return key.call_id.empty() ? record.labels.count("call") == 0 : true;
+                    return labels_match_key(record.labels, key, kind);
                 },
                 failures);
             if (failures.empty()) {

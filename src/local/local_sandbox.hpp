@@ -1,11 +1,12 @@
 // One running local sandbox as the protocol's Sandbox: exec through the supervisor's socket,
-// files natively through GuestFs on /proc/<supervisor>/root.
+// files natively through GuestFs on /proc/<supervisor>/root, each operation one pool job.
 #pragma once
 
 #include <boost/asio/thread_pool.hpp>
 #include <memory>
 #include <string>
 
+#include "maf_sandbox/core/confined_sandbox.hpp"
 #include "maf_sandbox/core/paths.hpp"
 #include "maf_sandbox/core/sandbox.hpp"
 #include "maf_sandbox/runtime/guest_fs.hpp"
@@ -13,7 +14,7 @@
 
 namespace maf_sandbox::local {
 
-class LocalSandbox final : public Sandbox {
+class LocalSandbox final : public ConfinedSandbox {
   public:
     LocalSandbox(runtime::SandboxHandle handle, std::string base_directory, TransferLimits files_in,
                  std::uint64_t default_max_output, std::shared_ptr<boost::asio::thread_pool> pool);
@@ -21,24 +22,15 @@ class LocalSandbox final : public Sandbox {
     std::string base_directory() const override { return base_; }
     Task<ExecResult> exec(ExecRequest request) override;
     Task<ExecResult> run_code(std::string code, Seconds timeout) override;
-    Task<void> write_file(std::string path, std::string content,
-                          std::string working_directory) override;
-    Task<std::optional<SandboxEntry>> stat_file(std::string path,
-                                                std::string working_directory) override;
-    Task<std::string> read_file(std::string path, std::string working_directory,
-                                std::uint64_t max_bytes) override;
-    Task<std::vector<SandboxEntry>> list_dir(std::string path,
-                                             std::string working_directory) override;
-    Task<void> remove(std::string path, std::string working_directory, bool recursive) override;
     Task<void> reclaim(std::string directory, std::string working_directory,
                        Seconds timeout) override;
 
     const runtime::SandboxHandle& handle() const noexcept { return handle_; }
 
-  private:
-    runtime::GuestFs guest_fs() const;
-    NoFollowStat no_follow_stat() const;
+  protected:
+    Task<void> with_file_ops(FileWork work) override;
 
+  private:
     runtime::SandboxHandle handle_;
     std::string base_;
     TransferLimits files_in_;

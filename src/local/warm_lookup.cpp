@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/labels.hpp"
 #include "maf_sandbox/runtime/gc.hpp"
 #include "maf_sandbox/runtime/recorded_handle.hpp"
 #include "sandbox_pool.hpp"
@@ -17,10 +18,10 @@ namespace maf_sandbox::local {
 
 namespace {
 
-constexpr const char* kIdentityLabels[] = {"scope", "thread", "agent", "kind"};
+const std::string kCallLabel(identity_label::call);
 
-std::string label_or_empty(const Labels& labels, const char* name) {
-    const auto it = labels.find(name);
+std::string label_or_empty(const Labels& labels, std::string_view name) {
+    const auto it = labels.find(std::string(name));
     return it == labels.end() ? std::string() : it->second;
 }
 
@@ -56,7 +57,7 @@ std::optional<runtime::SandboxRecord> indexed_live(const runtime::Registry& regi
 }  // namespace
 
 void index_key(const runtime::Registry& registry, const Labels& labels, const std::string& id) {
-    if (labels.count("call") > 0 || labels.count(kPoolLabel) > 0) {
+    if (labels.count(kCallLabel) > 0 || labels.count(kPoolLabel) > 0) {
         return;  // never looked up by key
     }
     const auto path = index_path(registry, labels);
@@ -77,21 +78,25 @@ void unindex_key(const runtime::Registry& registry, const Labels& labels, const 
 
 std::string acquire_lock_name(const Labels& labels) {
     std::string name;
-    for (const char* label : kIdentityLabels) {
-        name += fmt::format("{}={};", label, label_or_empty(labels, label));
+    for (const auto label : kIdentityLabels) {
+        name +=
+            fmt::format("{}{}={}", name.empty() ? "" : ";", label, label_or_empty(labels, label));
     }
-    return name + fmt::format("call={}", label_or_empty(labels, "call"));
+    return name;
 }
 
 bool same_identity(const Labels& record_labels, const Labels& wanted) {
-    for (const char* name : kIdentityLabels) {
-        const auto it = record_labels.find(name);
+    for (const auto name : kIdentityLabels) {
+        if (name == identity_label::call) {
+            continue;  // optional: compared below
+        }
+        const auto it = record_labels.find(std::string(name));
         if (it == record_labels.end() || it->second != label_or_empty(wanted, name)) {
             return false;
         }
     }
-    const auto call = record_labels.find("call");
-    const auto wanted_call = wanted.find("call");
+    const auto call = record_labels.find(kCallLabel);
+    const auto wanted_call = wanted.find(kCallLabel);
     if (wanted_call == wanted.end()) {
         return call == record_labels.end();
     }

@@ -2,13 +2,13 @@
 
 #include <arpa/inet.h>
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <openssl/sha.h>
 
 #include <array>
 #include <cerrno>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 
 namespace maf_sandbox::mcp {
 namespace {
@@ -130,18 +130,12 @@ bool is_loopback_bind(std::string_view host) noexcept {
 }
 
 std::string generate_bearer_token() {
-    std::array<unsigned char, kTokenBytes> bytes{};
-    if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
-        throw SystemError(EIO, "generating the MCP bearer token (OpenSSL RAND_bytes failed)",
+    try {
+        return random_hex(kTokenBytes);
+    } catch (const SystemError& e) {
+        throw SystemError(e.error_number(), "generating the MCP bearer token",
                           "set MAF_SANDBOX_MCP_TOKEN to a token of your own");
     }
-    constexpr const char* digits = "0123456789abcdef";
-    std::string token;
-    for (const unsigned char byte : bytes) {
-        token.push_back(digits[byte >> 4]);
-        token.push_back(digits[byte & 0xf]);
-    }
-    return token;
 }
 
 bool bearer_token_matches(std::string_view authorization, std::string_view expected) {

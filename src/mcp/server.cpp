@@ -14,9 +14,9 @@
 #include <boost/json/serialize.hpp>
 #include <chrono>
 #include <map>
-#include <random>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/kinds/sandbox_allowance.hpp"
 #include "tools.hpp"
 
@@ -82,13 +82,7 @@ std::string negotiate_protocol_version(std::string_view requested) {
 }
 
 std::string new_session_id() {
-    std::random_device entropy;
-    std::string id;
-    constexpr const char* digits = "0123456789abcdef";
-    for (int i = 0; i < 32; ++i) {
-        id.push_back(digits[entropy() % 16]);
-    }
-    return id;
+    return random_hex(16);
 }
 
 struct McpServer::Impl {

@@ -4,7 +4,6 @@
 #include <openssl/bn.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
-#include <openssl/rand.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 #include <sstream>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "tls_context.hpp"
 
 namespace maf_sandbox::net {
@@ -84,9 +84,7 @@ Cert new_cert(EVP_PKEY* key, const std::string& common_name, long days) {
         openssl_failed("creating a certificate");
     }
     unsigned char serial[16];
-    if (RAND_bytes(serial, sizeof serial) != 1) {
-        openssl_failed("drawing a serial number");
-    }
+    fill_random(serial);
     serial[0] &= 0x7f;  // positive
     std::unique_ptr<BIGNUM, decltype(&BN_free)> bn(BN_bin2bn(serial, sizeof serial, nullptr),
                                                    &BN_free);

@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/runtime/state_dir.hpp"
 
 #if __has_include(<linux/openat2.h>)
@@ -174,24 +174,7 @@ void remove_host_tree(const std::filesystem::path& path, bool stay_on_device) {
 }
 
 std::string random_hex(std::size_t bytes) {
-    std::vector<unsigned char> buffer(bytes);
-    std::size_t filled = 0;
-    while (filled < bytes) {
-        const ssize_t got = ::getrandom(buffer.data() + filled, bytes - filled, 0);
-        if (got < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            throw SystemError(errno, "reading the kernel's random source");
-        }
-        filled += static_cast<std::size_t>(got);
-    }
-    std::string text;
-    text.reserve(bytes * 2);
-    for (const unsigned char byte : buffer) {
-        text += fmt::format("{:02x}", byte);
-    }
-    return text;
+    return maf_sandbox::random_hex(bytes);
 }
 
 bool read_exact(int fd, char* data, std::size_t size) noexcept {

@@ -30,7 +30,7 @@ void remove_host_tree(const std::filesystem::path& path, bool stay_on_device);
 // tightens a looser one of ours. Throws SystemError.
 void make_state_dir(const std::filesystem::path& path, mode_t mode);
 
-// `bytes` random bytes from getrandom, as lowercase hex.
+// core random_hex (random_id.hpp), under the name the runtime calls it by.
 std::string random_hex(std::size_t bytes);
 
 // Writes `content` to `path` crash-safely: a temporary sibling (O_EXCL), fsync, rename, fsync of

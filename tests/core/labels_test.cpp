@@ -116,3 +116,51 @@ TEST(ScopeSelector, SelectsByScopeAndThreadThroughTheSameHashing) {
 
 }  // namespace
 }  // namespace maf_sandbox
+
+namespace maf_sandbox {
+namespace {
+
+TEST(IdentityLabels, TheTableNamesEveryLabelSandboxLabelsStampsFromTheKey) {
+    SandboxSpecFields fields;
+    fields.kind = "shell";
+    fields.labels = {{"tier", "gold"}};
+    const auto labels = sandbox_labels(SandboxKey{"s", "t", "a", "c"}, SandboxSpec(fields));
+    for (const auto name : kIdentityLabels) {
+        EXPECT_TRUE(labels.count(std::string(name))) << name;
+        EXPECT_TRUE(is_identity_label(name)) << name;
+    }
+    EXPECT_EQ(labels.size(), kIdentityLabels.size() + 1);  // and the spec's one extra
+    EXPECT_FALSE(is_identity_label("tier"));
+    EXPECT_FALSE(is_identity_label("Scope"));
+}
+
+TEST(KeySelector, SelectsWhatSandboxLabelsStampedForThatKeyAndKind) {
+    SandboxSpecFields fields;
+    fields.kind = "codeact";
+    const SandboxKey conversation{"tenant a", "t1", "agents.main", ""};
+    const SandboxKey call{"tenant a", "t1", "agents.main", "call_7"};
+    const auto stamped = sandbox_labels(conversation, SandboxSpec(fields));
+    const auto call_stamped = sandbox_labels(call, SandboxSpec(fields));
+
+    EXPECT_TRUE(labels_match_key(stamped, conversation, std::string("codeact")));
+    EXPECT_TRUE(labels_match_key(stamped, conversation, std::nullopt));
+    EXPECT_FALSE(labels_match_key(stamped, conversation, std::string("shell")));
+    EXPECT_FALSE(
+        labels_match_key(stamped, SandboxKey{"tenant a", "t2", "agents.main", ""}, std::nullopt));
+    // A conversation key never selects a call-scoped sandbox; a call key selects only its call.
+    EXPECT_FALSE(labels_match_key(call_stamped, conversation, std::nullopt));
+    EXPECT_TRUE(labels_match_key(call_stamped, call, std::string("codeact")));
+    EXPECT_FALSE(labels_match_key(stamped, call, std::nullopt));
+
+    const auto selector = key_selector(call, std::string("codeact"));
+    for (const auto& [name, value] : selector) {
+        EXPECT_EQ(call_stamped.at(name), value) << name;
+    }
+    EXPECT_EQ(key_selector(conversation, std::nullopt).count(std::string(identity_label::call)),
+              0U);
+    EXPECT_EQ(key_selector(conversation, std::nullopt).count(std::string(identity_label::kind)),
+              0U);
+}
+
+}  // namespace
+}  // namespace maf_sandbox

@@ -1,6 +1,7 @@
 // An in-process fake backend (isolation none) for tests and the default demo (docs/protocol.md 7).
 // Files live in memory; exec and run_code are scripted, never executed. Every path method confines
-// through paths.hpp exactly as a real backend must, so it answers the FILES_OUT conformance probes.
+// through the ConfinedSandbox base exactly as a real backend does, so it answers the FILES_OUT
+// conformance probes.
 // What it cannot model: a planted link has no target, so green here means the shape of the
 // refusals is right, not that a real guest is safe.
 //
@@ -17,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "maf_sandbox/core/confined_sandbox.hpp"
 #include "maf_sandbox/core/sandbox.hpp"
 #include "maf_sandbox/core/types.hpp"
 
@@ -51,7 +53,7 @@ struct RecordedProgram {
     Seconds timeout{0.0};
 };
 
-class InProcessSandbox : public Sandbox {
+class InProcessSandbox : public ConfinedSandbox {
   public:
     explicit InProcessSandbox(InProcessSandboxOptions options = {});
 
@@ -61,15 +63,6 @@ class InProcessSandbox : public Sandbox {
 
     Task<ExecResult> exec(ExecRequest request) override;
     Task<ExecResult> run_code(std::string code, Seconds timeout) override;
-    Task<void> write_file(std::string path, std::string content,
-                          std::string working_directory) override;
-    Task<std::optional<SandboxEntry>> stat_file(std::string path,
-                                                std::string working_directory) override;
-    Task<std::string> read_file(std::string path, std::string working_directory,
-                                std::uint64_t max_bytes) override;
-    Task<std::vector<SandboxEntry>> list_dir(std::string path,
-                                             std::string working_directory) override;
-    Task<void> remove(std::string path, std::string working_directory, bool recursive) override;
     // The fake does not declare reclaim: throws NotImplemented before doing anything.
     Task<void> reclaim(std::string directory, std::string working_directory,
                        Seconds timeout) override;
@@ -87,9 +80,14 @@ class InProcessSandbox : public Sandbox {
     // The unconfined, no-follow stat every path method walks with (path relative to `/`).
     std::optional<SandboxEntry> stat_absolute(const std::string& absolute_path) const;
 
+  protected:
+    // In place, over the stores: the fake has no thread to hop to.
+    Task<void> with_file_ops(FileWork work) override;
+
   private:
+    friend class InProcessFileOps;
+
     ExecResult scripted(const std::string& text) const;
-    std::string working_directory_of(const std::string& working_directory) const;
     bool has_descendant(const std::string& absolute_path) const;
     void erase_tree(const std::string& absolute_path);
 

@@ -48,8 +48,18 @@ using NoFollowStat = std::function<Task<std::optional<SandboxEntry>>(std::string
 Task<void> refuse_symlinked_ancestors(NoFollowStat stat, std::string guest_path,
                                       std::string working_directory, bool include_self = false);
 
+// A write's target once confined: the resolved absolute path and its no-follow stat.
+struct GuestWriteTarget {
+    std::string resolved;
+    std::optional<SandboxEntry> leaf;
+};
+
 // confine_guest_path, then: the working directory itself throws ConfinementEscape; the ancestor
-// walk; a leaf that is a link throws ConfinementEscape. Returns the resolved absolute path.
+// walk; a leaf that is a link throws ConfinementEscape.
+Task<GuestWriteTarget> confine_guest_write_target(NoFollowStat stat, std::string path,
+                                                  std::string working_directory);
+
+// confine_guest_write_target's resolved absolute path.
 Task<std::string> confine_guest_write_path(NoFollowStat stat, std::string path,
                                            std::string working_directory);
 

@@ -75,7 +75,8 @@ class SandboxRouter {
     //   9. the spec's egress mode not among the backend's egress_modes
     //      -> SandboxEgressNotEnforced.
     // Steps 1-3, 4, 7, 8 and 9 are docs/protocol.md 4.2 in its order; 5 and 6 follow the capability
-    // check because both are "the backend cannot do this" refusals of the same family.
+    // check because both are "the backend cannot do this" refusals of the same family. Steps 4-9
+    // are ensure_declared (declarations_check.hpp), which backends run for direct callers too.
     // With no backend registered it returns silently: nothing can run anyway.
     void ensure_can_serve(const SandboxSpec& spec) const;
 

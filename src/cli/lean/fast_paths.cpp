@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <random>
 #include <thread>
 
 #include "../exec_report.hpp"
@@ -10,6 +9,7 @@
 #include "full_cli.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/labels.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/core/vocabulary.hpp"
 #include "maf_sandbox/local/exec_outcome.hpp"
 #include "maf_sandbox/local/shared_pool.hpp"
@@ -52,10 +52,7 @@ int exec_in(const runtime::SandboxHandle& handle, const std::string& work_dir,
 }
 
 std::string random_thread() {
-    std::random_device device;
-    char name[32];
-    std::snprintf(name, sizeof name, "run-%08x%08x", device(), device());
-    return name;
+    return "run-" + random_hex(8);
 }
 
 // True once the supervisor is gone, waiting up to `patience` for a death in progress: a SIGKILL
