@@ -11,7 +11,7 @@
 #include <string>
 
 #include "fuzz_check.hpp"
-#include "maf_sandbox/runtime/exec_protocol.hpp"
+#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 
 namespace maf_sandbox::runtime {
 namespace {

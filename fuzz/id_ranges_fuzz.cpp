@@ -17,7 +17,7 @@
 
 #include "fuzz_check.hpp"
 #include "maf_sandbox/core/errors.hpp"
-#include "maf_sandbox/runtime/id_ranges.hpp"
+#include "maf_sandbox/runtime/host/id_ranges.hpp"
 
 namespace maf_sandbox {
 namespace {

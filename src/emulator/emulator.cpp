@@ -38,7 +38,7 @@
 #include "maf_sandbox/core/utf8.hpp"
 #include "maf_sandbox/net/http_server.hpp"
 #include "maf_sandbox/net/tls.hpp"
-#include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "maf_sandbox/runtime/host/sandbox_process.hpp"
 #include "registry_standin.hpp"
 #include "routing.hpp"
 #include "state_store.hpp"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "maf_sandbox/core/utf8.hpp"
-#include "maf_sandbox/runtime/unique_fd.hpp"
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace maf_sandbox::emulator::inside {
 namespace json = boost::json;

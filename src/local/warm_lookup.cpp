@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "maf_sandbox/runtime/gc.hpp"
+#include "maf_sandbox/runtime/host/gc.hpp"
 #include "sandbox_pool.hpp"
 
 namespace maf_sandbox::local {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "maf_sandbox/runtime/egress.hpp"
-#include "maf_sandbox/runtime/registry.hpp"
-#include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "maf_sandbox/runtime/egress/egress.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
+#include "maf_sandbox/runtime/host/sandbox_process.hpp"
 
 namespace maf_sandbox::local {
 
