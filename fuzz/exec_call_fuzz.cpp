@@ -1,4 +1,4 @@
-// The exec wire's JSON (runtime/exec_protocol.hpp) on arbitrary bytes: the request a supervisor
+// The exec wire's JSON (runtime/wire/exec_protocol.hpp) on arbitrary bytes: the request a supervisor
 // reads (exec_call_from_json) and the result a host reads (apply_result_json).
 //
 // Properties, beyond not crashing: a malformed document is refused with a std::exception (the

@@ -1,4 +1,4 @@
-// The host id pool and the /etc/subuid, /etc/subgid parser (runtime/id_ranges.hpp) on arbitrary
+// The host id pool and the /etc/subuid, /etc/subgid parser (runtime/host/id_ranges.hpp) on arbitrary
 // bytes: the input is split into a pool text, a subuid text and a subgid text.
 //
 // Properties, beyond not crashing:

@@ -9,9 +9,9 @@
 #include "guest_path.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/types.hpp"
-#include "maf_sandbox/runtime/kernel/cgroup.hpp"
 #include "maf_sandbox/runtime/host/images.hpp"
 #include "maf_sandbox/runtime/host/sandbox_process.hpp"
+#include "maf_sandbox/runtime/kernel/cgroup.hpp"
 
 namespace maf_sandbox::emulator {
 namespace json = boost::json;

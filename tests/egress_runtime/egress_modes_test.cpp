@@ -24,8 +24,8 @@
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/runtime/host/gc.hpp"
-#include "maf_sandbox/runtime/wire/registry.hpp"
 #include "maf_sandbox/runtime/host/sandbox_process.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 #include "test_host.hpp"
 
 namespace maf_sandbox::local {

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "maf_sandbox/runtime/kernel/cgroup.hpp"
-#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
+#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 #include "sandbox_fixture.hpp"
 
 namespace maf_sandbox::runtime::testing {

@@ -21,9 +21,9 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
+#include "maf_sandbox/runtime/host/sandbox_process.hpp"
 #include "maf_sandbox/runtime/kernel/guest_fs.hpp"
 #include "maf_sandbox/runtime/wire/registry.hpp"
-#include "maf_sandbox/runtime/host/sandbox_process.hpp"
 
 #ifndef MAF_SECURITY_PROBE
 #error "the build passes the probe's path as MAF_SECURITY_PROBE"

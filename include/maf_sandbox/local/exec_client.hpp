@@ -8,8 +8,8 @@
 #include <filesystem>
 
 #include "maf_sandbox/core/sandbox.hpp"
-#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 #include "maf_sandbox/runtime/host/sandbox_process.hpp"
+#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 
 namespace maf_sandbox::local {
 

@@ -1,3 +1,6 @@
+// GuestFs: every file operation on a tree a sandbox or an image controls, resolved from one root
+// descriptor without following a link out of it (openat2 RESOLVE_IN_ROOT, no-follow leaves). One
+// concern, long because each operation checks its own leaf.
 #include "maf_sandbox/runtime/kernel/guest_fs.hpp"
 
 #include <dirent.h>

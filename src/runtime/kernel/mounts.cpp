@@ -17,7 +17,6 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/kernel/guest_fs.hpp"
-#include "maf_sandbox/runtime/host/images.hpp"
 #include "maf_sandbox/runtime/kernel/isolation.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
@@ -465,18 +464,6 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
     }
     attach(tmp.get(), tmp_point.get(), "/tmp");
     return root;
-}
-
-RootPlan root_plan_for(const MountPlan& image, std::vector<std::string> guest_dirs) {
-    RootPlan plan;
-    if (!image.lower_dir.empty()) {
-        plan.lower_dirs.push_back(image.lower_dir);
-    }
-    for (const auto& bind : image.ro_binds) {
-        plan.ro_binds.push_back({bind.host_path, bind.guest_path});
-    }
-    plan.guest_dirs = std::move(guest_dirs);
-    return plan;
 }
 
 void enter_root() {

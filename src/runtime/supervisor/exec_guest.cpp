@@ -224,6 +224,16 @@ long drop_capabilities_raw() noexcept {
 
 // The guest process. Its two rules (exec_guest.hpp): the heap and errno only while the handler is
 // blocked (until `ready` is written, then from accept to the hand-over), raw calls only after.
+// The guest's recipe, in order (PID 1 already gave it the empty bounding set, no_new_privs and the
+// seccomp filter, inherited):
+//   1. a clean signal state, a session of its own, the exec's cgroup, its stdio, every other
+//      descriptor close-on-exec (heap allowed: the handler waits for `ready`);
+//   2. the guest's groups (raw calls: glibc's wrappers would change the handler's threads too);
+//   3. the parent-death signal, after the groups (whose change clears it);
+//   4. `ready`: from here raw calls only, but from accept to the hand-over;
+//   5. the launch: its own accepted connection handed to the handler, or the handler's command;
+//   6. the guest's user, then no capability left (clearing the permitted set clears the ambient);
+//   7. the working directory, then execve of the first candidate that exists.
 [[noreturn]] void guest_main(const GuestStart& given) {
     const GuestStart start = given;
     const auto& config = *start.context->config;
@@ -234,6 +244,7 @@ long drop_capabilities_raw() noexcept {
         ::_exit(127);
     };
     // Part one: the handler waits for `ready`.
+    // 1.
     sigset_t all;
     sigemptyset(&all);
     ::sigprocmask(SIG_SETMASK, &all, nullptr);
@@ -258,6 +269,7 @@ long drop_capabilities_raw() noexcept {
     // signal this one.
     // Raw calls: glibc's wrappers would apply the change to every thread it knows of, and the
     // threads it knows of are the handler's.
+    // 2.
     const gid_t groups[1] = {config.guest_gid};
     if (const long result = raw::call(SYS_setgroups, 1, raw::arg(groups)); result < 0) {
         fail_with(1, -result);
@@ -267,17 +279,18 @@ long drop_capabilities_raw() noexcept {
         result < 0) {
         fail_with(1, -result);
     }
-    // Never outlives its handler (the OOM killer could take one): waiting in accept, it would take
-    // the next connection with nobody to hand it to. Set after the groups, whose change clears it.
-    // A program the handler still answers for is never ended by it: the handler waits for the
+    // 3. Never outlives its handler (the OOM killer could take one): waiting in accept, it would
+    // take the next connection with nobody to hand it to. Set after the groups, whose change clears
+    // it. A program the handler still answers for is never ended by it: the handler waits for the
     // program before it exits (and a switch to a guest user other than root clears it).
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || ::getppid() != start.handler) {
         ::_exit(0);
     }
-    // Part two: the handler runs. Raw calls only, except from accept to the hand-over, while the
+    // 4. Part two: the handler runs. Raw calls only, except from accept to the hand-over, while the
     // handler waits for it.
     raw::call(SYS_write, start.ready, raw::arg("r"), 1);
     raw::call(SYS_close, start.ready);
+    // 5.
     bool launching = false;
     if (start.listener >= 0) {
         // (perf, exec round trip) The connection wakes this process, not the handler, which would
@@ -312,6 +325,7 @@ long drop_capabilities_raw() noexcept {
     }
     raw::call(SYS_close, start.command);
     const Launch& launch = shared.launch;
+    // 6.
     if (const long result =
             raw::call(SYS_setresuid, config.guest_uid, config.guest_uid, config.guest_uid);
         result < 0) {
@@ -320,6 +334,7 @@ long drop_capabilities_raw() noexcept {
     if (const long result = drop_capabilities_raw(); result < 0) {
         fail_with(2, -result);
     }
+    // 7.
     if (const long result = raw::call(SYS_chdir, raw::arg(launch.cwd.c_str())); result < 0) {
         fail_with(3, -result);
     }

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "exec_server.hpp"
-#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
+#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 
 namespace maf_sandbox::runtime::exec_guest {
 

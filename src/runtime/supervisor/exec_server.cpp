@@ -3,8 +3,8 @@
 // seccomp filter; its output is streamed with a fixed buffer; its whole tree is killed on timeout
 // or when the host hangs up; background processes stay alive after a normal finish.
 #include "exec_server.hpp"
-#include "exec_guest.hpp"
 #include "../kernel/fd_ops.hpp"
+#include "exec_guest.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -21,8 +21,8 @@
 #include <fmt/format.h>
 #include <boost/json.hpp>
 
-#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
+#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 
 namespace maf_sandbox::runtime {
 

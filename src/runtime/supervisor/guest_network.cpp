@@ -28,11 +28,11 @@
 
 #include "../egress/egress_proxy_filter.hpp"
 #include "../kernel/fd_ops.hpp"
+#include "../kernel/service_identity.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/egress/egress.hpp"
 #include "maf_sandbox/runtime/kernel/isolation.hpp"
-#include "maf_sandbox/runtime/host/sandbox_process.hpp"
-#include "../kernel/service_identity.hpp"
+#include "maf_sandbox/runtime/wire/sandbox_files.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -50,21 +50,6 @@ constexpr int kSlirpReadyMs = 10000;
 constexpr std::uint64_t kSlirpLogBytes = kSlirpLogLimit;
 // The hosts file the operator names is read once, as root, at sandbox start.
 constexpr std::size_t kMaxHostsFileBytes = 1 << 20;
-// The supervisor runs with an empty environment, so slirp4netns is looked up in the system's
-// directories only (never through a PATH anybody else controls).
-constexpr const char* kSystemBinDirs[] = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin",
-                                          "/usr/bin",        "/sbin",          "/bin"};
-
-std::optional<fs::path> find_slirp4netns() {
-    for (const char* dir : kSystemBinDirs) {
-        const fs::path candidate = fs::path(dir) / "slirp4netns";
-        if (::access(candidate.c_str(), X_OK) == 0) {
-            return candidate;
-        }
-    }
-    return std::nullopt;
-}
-
 // Closes every descriptor from 3 up except `keep` (negative entries are ignored).
 void close_fds_except(std::vector<int> keep) {
     std::sort(keep.begin(), keep.end());
@@ -154,23 +139,33 @@ void child_says(const char* message) noexcept {
 // here; every other descriptor (the ready pipe, PID 1's ends) is closed before it drops root.
 // It runs as the sandbox's proxy id (no guest's, no other sandbox's), in a read-only view of the
 // host's files, under its own syscall filter, and can write only `log`, up to the log's bound.
+// The egress proxy's recipe, in order:
+//   1. close every descriptor but the four it keeps (no end of PID 1's reaches it);
+//   2. name lookups through `files` and `dns` only (no shared NSS module in a static program);
+//   3. a read-only, nosuid view of the host's files (it can write no host file by name);
+//   4. RLIMIT_FSIZE at the decision log's bound (the one file it writes stays bounded);
+//   5. become the sandbox's proxy user (service_identity.hpp): no groups, no capabilities,
+//      no_new_privs, not dumpable (3 and 4 came first: they need root);
+//   6. its own seccomp filter, last, so that nothing above needs a call the filter denies;
+//   7. only then take the guest-facing listener and serve.
 [[noreturn]] void proxy_process(const SupervisorConfig& config, int channel, int lifetime, int log,
                                 int hosts) noexcept {
     int status = 1;
     try {
-        close_fds_except({channel, lifetime, log, hosts});
+        close_fds_except({channel, lifetime, log, hosts});  // 1.
         ::signal(SIGPIPE, SIG_IGN);
         ::prctl(PR_SET_NAME, "maf-egress-proxy", 0, 0, 0);
         // Host names resolve through /etc/hosts and DNS only, whatever nsswitch.conf lists: glibc
         // has those two built in, so the supervisor, a static executable, never loads a shared
         // NSS module into this process (one from another glibc build would crash it).
-        ::__nss_configure_lookup("hosts", "files dns");
-        if (!enter_read_only_mount_namespace() ||
-            !limit_file_size(config.egress_operator.decision_log.max_bytes) ||
-            !become_service_user(config.ids.proxy_id())) {
+        ::__nss_configure_lookup("hosts", "files dns");                         // 2.
+        if (!enter_read_only_mount_namespace() ||                               // 3.
+            !limit_file_size(config.egress_operator.decision_log.max_bytes) ||  // 4.
+            !become_service_user(config.ids.proxy_id())) {                      // 5.
             std::_Exit(1);
         }
-        install_egress_proxy_filter();
+        install_egress_proxy_filter();  // 6.
+        // 7.
         UniqueFd listener = receive_listener(channel, lifetime, kProxyWaitMs);
         if (!listener) {
             std::_Exit(1);
@@ -197,36 +192,6 @@ void child_says(const char* message) noexcept {
 }
 
 }  // namespace
-
-fs::path egress_log_path(const fs::path& sandbox_dir) {
-    return sandbox_dir / "egress.log";
-}
-
-fs::path slirp_log_path(const fs::path& sandbox_dir) {
-    return sandbox_dir / "slirp4netns.log";
-}
-
-std::string egress_unavailable_reason(Egress mode) {
-    if (mode != Egress::unrestricted) {
-        return {};
-    }
-    if (!find_slirp4netns()) {
-        return "slirp4netns is not installed (Debian package slirp4netns)";
-    }
-    UniqueFd tun(::open("/dev/net/tun", O_RDWR | O_CLOEXEC));
-    if (!tun) {
-        return fmt::format("/dev/net/tun cannot be opened ({})", std::strerror(errno));
-    }
-    return {};
-}
-
-std::vector<Egress> enforceable_egress_modes() {
-    std::vector<Egress> modes{Egress::closed, Egress::allowlist};
-    if (egress_unavailable_reason(Egress::unrestricted).empty()) {
-        modes.push_back(Egress::unrestricted);
-    }
-    return modes;
-}
 
 GuestNetwork GuestNetwork::prepare(const SupervisorConfig& config) {
     GuestNetwork network;

@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 
 #include "maf_sandbox/core/errors.hpp"
-#include "maf_sandbox/runtime/host/gc.hpp"
 #include "maf_sandbox/runtime/wire/owner.hpp"
+#include "maf_sandbox/runtime/wire/record_cgroups.hpp"
 #include "maf_sandbox/runtime/wire/registry.hpp"
 
 namespace maf_sandbox::runtime {

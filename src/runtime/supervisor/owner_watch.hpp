@@ -17,8 +17,8 @@
 
 #include <chrono>
 
-#include "maf_sandbox/runtime/wire/supervisor_config.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
+#include "maf_sandbox/runtime/wire/supervisor_config.hpp"
 
 namespace maf_sandbox::runtime {
 

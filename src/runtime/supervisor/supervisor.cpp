@@ -1,6 +1,6 @@
 // The supervisor: its host-side half (root filesystem, socket, namespaces, id maps) and the
 // sandbox's PID 1 (accepts exec connections, reaps orphans, enforces the lifecycle policy).
-#include "maf_sandbox/runtime/wire/supervisor_config.hpp"
+#include "supervisor.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -28,44 +28,19 @@
 #include <fmt/format.h>
 #include <boost/json.hpp>
 
+#include "../kernel/loopback_namespace.hpp"
 #include "exec_server.hpp"
 #include "guest_network.hpp"
-#include "../kernel/loopback_namespace.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/kernel/host_budgets.hpp"
 #include "maf_sandbox/runtime/kernel/isolation.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 #include "owner_watch.hpp"
 
-#ifndef MAF_SANDBOX_SUPERVISOR_BUILD_PATH
-#define MAF_SANDBOX_SUPERVISOR_BUILD_PATH ""
-#endif
-
 namespace maf_sandbox::runtime {
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
-
-fs::path supervisor_executable() {
-    constexpr const char* kName = "maf-sandbox-supervisor";
-    std::error_code ec;
-    if (const char* env = std::getenv("MAF_SANDBOX_SUPERVISOR"); env != nullptr && *env != '\0') {
-        if (fs::exists(env, ec)) {
-            return env;
-        }
-    }
-    const auto self = fs::read_symlink("/proc/self/exe", ec);
-    if (!ec && fs::exists(self.parent_path() / kName, ec)) {
-        return self.parent_path() / kName;
-    }
-    const fs::path built = MAF_SANDBOX_SUPERVISOR_BUILD_PATH;
-    if (!built.empty() && fs::exists(built, ec)) {
-        return built;
-    }
-    throw SandboxCapabilityNotSupported(
-        "cannot find the maf-sandbox-supervisor executable; install it next to maf-sandbox or set "
-        "MAF_SANDBOX_SUPERVISOR to its path");
-}
 
 // --- PID 1 --------------------------------------------------------------------------------------
 
@@ -266,17 +241,31 @@ void report(std::string_view line) {
     }
 }
 
+// PID 1's recipe: the sandbox's init confines itself in this order, each step needing what the
+// one before it still had.
+//   1. wait for `go`: the host-side half has written the id maps and placed the cgroups;
+//   2. bind the root onto itself and enter it, still as the host's (unmapped) root, the only
+//      identity that reaches the root directory;
+//   3. become root of the sandbox's user namespace, with no supplementary groups;
+//   4. write the user namespace's limits, before any capability is dropped;
+//   5. enter_root: pivot_root, a fresh /proc with its masks, the host's root detached (nothing of
+//      the host stays reachable by path);
+//   6. hostname, loopback, the guest network's inside half (the proxy takes its listener);
+//   7. not dumpable: guest processes of the same uid read neither its memory nor descriptors;
+//   8. run_pid1: the empty bounding set, no_new_privs and the seccomp filter, once, inherited by
+//      every handler and guest forked from here (exec_guest.cpp's hand-over drops the rest).
 [[noreturn]] void sandbox_init(const SupervisorConfig& config, const fs::path& root, int listener,
                                const ExecCgroupParent& cgroups,
                                const std::vector<sock_filter>& seccomp, GuestNetwork& network,
                                int go) {
     try {
+        // 1.
         char byte = 0;
         if (::read(go, &byte, 1) != 1) {
             std::_Exit(1);  // the host-side half failed and already reported why
         }
         ::close(go);
-        // Still the host's root (unmapped) here, which is what lets us reach the root directory.
+        // 2. Still the host's root (unmapped) here, which is what lets us reach the root directory.
         // The root arrives as a locked mount (copied from a more privileged namespace), which
         // pivot_root refuses; a bind of it made here is ours.
         if (::mount(root.c_str(), root.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
@@ -285,20 +274,22 @@ void report(std::string_view line) {
         if (::chdir(root.c_str()) != 0) {
             throw SystemError(errno, fmt::format("entering {}", root.string()));
         }
+        // 3.
         if (::setresgid(0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 ||
             ::setresuid(0, 0, 0) != 0) {
             throw SystemError(errno, "becoming root of the sandbox's user namespace");
         }
-        // As the namespace's root, before any capability is dropped; the host's /proc still
+        // 4. As the namespace's root, before any capability is dropped; the host's /proc still
         // names this user namespace's limits (they follow the writer, not the mount).
         write_user_namespace_limits(config.budgets.namespace_limits);
-        enter_root();
+        enter_root();  // 5.
+        // 6.
         set_hostname(config.hostname);
         bring_up_loopback();
         network.start_inside();
-        // Guest processes of the same uid must not read our memory or descriptors.
+        // 7. Guest processes of the same uid must not read our memory or descriptors.
         ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        // "ready" is reported by run_pid1 once the first exec's spare handler is forked.
+        // 8. "ready" is reported by run_pid1 once the first exec's spare handler is forked.
         run_pid1(config, listener, cgroups, seccomp);
     } catch (const std::exception& e) {
         report(fmt::format("error: {}", e.what()));

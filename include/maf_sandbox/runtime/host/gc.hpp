@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "maf_sandbox/runtime/wire/record_cgroups.hpp"
 #include "maf_sandbox/runtime/wire/registry.hpp"
 
 namespace maf_sandbox::runtime {
@@ -15,12 +16,6 @@ namespace maf_sandbox::runtime {
 // Tears down a dead sandbox's kernel objects (cgroups, mounts) from its record's `runtime` blob.
 // Throws to report a failure; the record is then kept for the next run.
 using CleanupHook = std::function<void(const SandboxRecord&)>;
-
-// The default cleanup: kills whatever still runs in the sandbox's cgroups, found by their name
-// (maf-sbx-<id>) so that a creator killed before it recorded them leaks no supervisor, removes
-// them, then rmdirs every path in runtime["cgroup_paths"] that lies under /sys/fs/cgroup (deepest
-// first, retried briefly while the kernel still reports it busy).
-void remove_recorded_cgroups(const SandboxRecord& record);
 
 // Releases the record's host id claim (id_claims.hpp), if it has one: call once nothing of the
 // sandbox runs any more. Throws SystemError.

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "maf_sandbox/runtime/kernel/isolation.hpp"
+
 namespace maf_sandbox::runtime {
 
 inline constexpr const char* kHostImage = "host";
@@ -99,5 +101,9 @@ class ImageStore {
     std::filesystem::path state_dir_;
     std::filesystem::path images_dir_;
 };
+
+// The root plan for an image: its lower layer, its read-only binds, its guest directories. The
+// sizes keep their defaults and the ids are filled in by launch_sandbox.
+RootPlan root_plan_for(const MountPlan& image, std::vector<std::string> guest_dirs);
 
 }  // namespace maf_sandbox::runtime

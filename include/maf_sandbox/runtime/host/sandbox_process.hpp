@@ -18,14 +18,15 @@
 #include <boost/json/object.hpp>
 
 #include "maf_sandbox/core/vocabulary.hpp"
-#include "maf_sandbox/runtime/kernel/cgroup.hpp"
 #include "maf_sandbox/runtime/egress/egress.hpp"
-#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
-#include "maf_sandbox/runtime/kernel/host_budgets.hpp"
 #include "maf_sandbox/runtime/host/id_ranges.hpp"
+#include "maf_sandbox/runtime/kernel/cgroup.hpp"
+#include "maf_sandbox/runtime/kernel/host_budgets.hpp"
 #include "maf_sandbox/runtime/kernel/isolation.hpp"
-#include "maf_sandbox/runtime/wire/owner.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
+#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
+#include "maf_sandbox/runtime/wire/owner.hpp"
+#include "maf_sandbox/runtime/wire/sandbox_files.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -116,19 +117,18 @@ ExecReply exec_in_sandbox(const SandboxHandle& handle, const ExecCall& call);
 
 // --- Egress -------------------------------------------------------------------------------------
 
-// The egress proxy's decision log of a sandbox (one JSON object per line; read_egress_decisions).
-std::filesystem::path egress_log_path(const std::filesystem::path& sandbox_dir);
-
-// slirp4netns's own log of an unrestricted sandbox, and its bound in bytes (RLIMIT_FSIZE).
-std::filesystem::path slirp_log_path(const std::filesystem::path& sandbox_dir);
-inline constexpr std::uint64_t kSlirpLogLimit = 64 << 10;
+// egress_log_path, slirp_log_path: wire/sandbox_files.hpp (the supervisor writes those logs).
 
 // The egress modes this host enforces, checked now: closed and allowlist always, unrestricted only
-// when slirp4netns is installed and /dev/net/tun opens (guest_network.cpp).
+// when slirp4netns is installed and /dev/net/tun opens (egress_modes.cpp).
 std::vector<Egress> enforceable_egress_modes();
 
 // Why `mode` is not enforceable here (empty when it is), for a SandboxEgressNotEnforced message.
 std::string egress_unavailable_reason(Egress mode);
+
+// Where the supervisor executable is: $MAF_SANDBOX_SUPERVISOR, else next to the running
+// executable, else where the build put it. Throws SandboxCapabilityNotSupported when none exists.
+std::filesystem::path supervisor_executable();
 
 // Field 22 of /proc/<pid>/stat; nullopt when the process is gone or a zombie.
 std::optional<std::uint64_t> live_process_start_time(pid_t pid);

@@ -95,12 +95,6 @@ struct RootPlan {
     std::filesystem::path layer_mount_point;
 };
 
-struct MountPlan;  // images.hpp: what an image asks for
-
-// The root plan for an image: its lower layer, its read-only binds, its guest directories. The
-// sizes keep their defaults and the ids are filled in by launch_sandbox.
-RootPlan root_plan_for(const MountPlan& image, std::vector<std::string> guest_dirs);
-
 // The name of the old-root directory pivot_root parks the host root on.
 inline constexpr const char* kOldRootDir = ".oldroot";
 

@@ -28,8 +28,8 @@
 
 #include <boost/json/value.hpp>
 
-#include "maf_sandbox/runtime/kernel/cgroup.hpp"
 #include "maf_sandbox/runtime/egress/egress.hpp"
+#include "maf_sandbox/runtime/kernel/cgroup.hpp"
 #include "maf_sandbox/runtime/kernel/host_budgets.hpp"
 #include "maf_sandbox/runtime/kernel/isolation.hpp"
 #include "maf_sandbox/runtime/wire/owner.hpp"
@@ -99,12 +99,5 @@ struct SupervisorConfig {
 
 boost::json::value to_json(const SupervisorConfig& config);
 SupervisorConfig supervisor_config_from_json(const boost::json::value& json);
-
-// The whole program: returns its exit status.
-int supervisor_main(int argc, char** argv);
-
-// Where the supervisor executable is: $MAF_SANDBOX_SUPERVISOR, else next to the running
-// executable, else where the build put it. Throws SandboxCapabilityNotSupported when none exists.
-std::filesystem::path supervisor_executable();
 
 }  // namespace maf_sandbox::runtime
