@@ -28,8 +28,8 @@
 #include <thread>
 #include <vector>
 
-#include "maf_sandbox/runtime/egress.hpp"
-#include "maf_sandbox/runtime/unique_fd.hpp"
+#include "maf_sandbox/runtime/egress/egress.hpp"
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace {
 

@@ -17,15 +17,21 @@ if(MAF_SANITIZE)
   target_link_options(maf_flags INTERFACE -fsanitize=address,undefined)
 endif()
 
-# maf_library(NAME folder DEPS ...): a static library from src/<folder>/*.cpp with the public
-# headers under include/.
+include(${CMAKE_CURRENT_LIST_DIR}/ModuleRules.cmake)
+
+# maf_library(NAME [MODULE <module> ALLOWS <module>...] DEPS ...): a static library from this
+# folder's *.cpp (but main.cpp) with the public headers under include/. MODULE declares the folder
+# a module that may use only the ALLOWS modules (ModuleRules.cmake).
 function(maf_library name)
-  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "MODULE" "ALLOWS;DEPS" ${ARGN})
   file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
   list(FILTER sources EXCLUDE REGEX ".*/main\\.cpp$")
   add_library(${name} STATIC ${sources})
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(${name} PUBLIC maf_flags ${ARG_DEPS})
+  if(ARG_MODULE)
+    maf_module(${ARG_MODULE} TARGETS ${name} ALLOWS ${ARG_ALLOWS})
+  endif()
 endfunction()
 
 # maf_tests(NAME LABELS ... DEPS ...): one GoogleTest executable from this folder's *.cpp,

@@ -1,4 +1,4 @@
-// The exec wire's JSON (runtime/exec_protocol.hpp) on arbitrary bytes: the request a supervisor
+// The exec wire's JSON (runtime/wire/exec_protocol.hpp) on arbitrary bytes: the request a supervisor
 // reads (exec_call_from_json) and the result a host reads (apply_result_json).
 //
 // Properties, beyond not crashing: a malformed document is refused with a std::exception (the
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "fuzz_check.hpp"
-#include "maf_sandbox/runtime/exec_protocol.hpp"
+#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 
 namespace maf_sandbox::runtime {
 namespace {

@@ -17,7 +17,7 @@
 #include "fuzz_check.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/labels.hpp"
-#include "maf_sandbox/runtime/registry.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 
 namespace maf_sandbox {
 namespace {

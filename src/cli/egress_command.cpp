@@ -10,7 +10,7 @@
 
 #include "cli.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
-#include "maf_sandbox/runtime/egress.hpp"
+#include "maf_sandbox/runtime/egress/egress.hpp"
 
 namespace maf_sandbox::cli {
 

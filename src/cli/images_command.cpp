@@ -18,8 +18,8 @@
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
-#include "maf_sandbox/runtime/images.hpp"
-#include "maf_sandbox/runtime/registry.hpp"
+#include "maf_sandbox/runtime/host/images.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 
 namespace maf_sandbox::cli {
 namespace {

@@ -17,8 +17,8 @@
 #include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
-#include "maf_sandbox/runtime/gc.hpp"
-#include "maf_sandbox/runtime/registry.hpp"
+#include "maf_sandbox/runtime/host/gc.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 #include "run_transfers.hpp"
 
 namespace maf_sandbox::cli {

@@ -17,7 +17,7 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/local/shared_pool.hpp"
-#include "maf_sandbox/runtime/registry.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 
 namespace maf_sandbox::cli {
 

@@ -16,7 +16,7 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/emulator/emulator.hpp"
-#include "maf_sandbox/runtime/state_dir.hpp"
+#include "maf_sandbox/runtime/kernel/state_dir.hpp"
 #include "registry_standin.hpp"
 #include "state_store.hpp"
 

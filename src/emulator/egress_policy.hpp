@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "maf_sandbox/runtime/egress.hpp"
+#include "maf_sandbox/runtime/egress/egress.hpp"
 
 namespace maf_sandbox::emulator {
 

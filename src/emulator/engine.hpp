@@ -14,8 +14,8 @@
 
 #include "guest_authority.hpp"
 #include "maf_sandbox/core/vocabulary.hpp"
-#include "maf_sandbox/runtime/egress.hpp"
-#include "maf_sandbox/runtime/unique_fd.hpp"
+#include "maf_sandbox/runtime/egress/egress.hpp"
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace maf_sandbox::emulator {
 

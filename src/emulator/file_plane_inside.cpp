@@ -21,7 +21,7 @@
 
 #include "file_plane_staging.hpp"
 #include "maf_sandbox/core/utf8.hpp"
-#include "maf_sandbox/runtime/unique_fd.hpp"
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace maf_sandbox::emulator::inside {
 namespace json = boost::json;

@@ -22,7 +22,7 @@
 #include <string_view>
 
 #include "file_plane.hpp"
-#include "maf_sandbox/runtime/unique_fd.hpp"
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace maf_sandbox::emulator {
 

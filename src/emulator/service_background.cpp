@@ -8,7 +8,7 @@
 
 #include "egress_policy.hpp"
 #include "maf_sandbox/core/errors.hpp"
-#include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "maf_sandbox/runtime/host/sandbox_process.hpp"
 #include "offload.hpp"
 #include "out_of_space.hpp"
 #include "request_values.hpp"

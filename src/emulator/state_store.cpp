@@ -19,7 +19,7 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/net/tls.hpp"
-#include "maf_sandbox/runtime/state_dir.hpp"
+#include "maf_sandbox/runtime/kernel/state_dir.hpp"
 
 namespace maf_sandbox::emulator {
 namespace json = boost::json;

@@ -17,10 +17,10 @@
 #include "maf_sandbox/core/off_loop.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/warm_lookup.hpp"
-#include "maf_sandbox/runtime/gc.hpp"
-#include "maf_sandbox/runtime/images.hpp"
-#include "maf_sandbox/runtime/registry.hpp"
-#include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "maf_sandbox/runtime/host/gc.hpp"
+#include "maf_sandbox/runtime/host/images.hpp"
+#include "maf_sandbox/runtime/host/sandbox_process.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 #include "sandbox_pool.hpp"
 
 namespace maf_sandbox::local {
@@ -93,7 +93,7 @@ struct LocalBackend::Impl {
         const auto labels = sandbox_labels(key, spec);
         const bool per_call = spec->isolation_scope == IsolationScope::call;
         // A call's sandbox is disposed by the call's own process at its end; should that process
-        // end first (killed by any signal), the sandbox goes with it (runtime/owner.hpp).
+        // end first (killed by any signal), the sandbox goes with it (runtime/wire/owner.hpp).
         const auto owner =
             per_call ? std::optional(runtime::current_process_as_owner()) : std::nullopt;
         const auto mutex = key_mutex(acquire_lock_name(labels));

@@ -8,7 +8,7 @@
 #include "maf_sandbox/core/reclaim.hpp"
 #include "maf_sandbox/local/exec_client.hpp"
 #include "maf_sandbox/local/exec_outcome.hpp"
-#include "maf_sandbox/runtime/exec_protocol.hpp"
+#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 
 namespace maf_sandbox::local {
 

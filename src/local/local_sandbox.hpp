@@ -9,8 +9,8 @@
 #include "maf_sandbox/core/confined_sandbox.hpp"
 #include "maf_sandbox/core/paths.hpp"
 #include "maf_sandbox/core/sandbox.hpp"
-#include "maf_sandbox/runtime/guest_fs.hpp"
-#include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "maf_sandbox/runtime/host/sandbox_process.hpp"
+#include "maf_sandbox/runtime/kernel/guest_fs.hpp"
 
 namespace maf_sandbox::local {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "maf_sandbox/local/warm_lookup.hpp"
-#include "maf_sandbox/runtime/registry.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 
 namespace maf_sandbox::local {
 

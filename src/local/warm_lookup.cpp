@@ -10,8 +10,8 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/labels.hpp"
-#include "maf_sandbox/runtime/gc.hpp"
-#include "maf_sandbox/runtime/recorded_handle.hpp"
+#include "maf_sandbox/runtime/host/gc.hpp"
+#include "maf_sandbox/runtime/host/recorded_handle.hpp"
 #include "sandbox_pool.hpp"
 
 namespace maf_sandbox::local {

@@ -20,8 +20,8 @@
 #include <thread>
 
 #include "battery_fixture.hpp"
-#include "maf_sandbox/runtime/isolation.hpp"
-#include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "maf_sandbox/runtime/host/sandbox_process.hpp"
+#include "maf_sandbox/runtime/kernel/isolation.hpp"
 
 namespace maf_sandbox::egress_testing {
 namespace {

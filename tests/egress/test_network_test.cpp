@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "maf_sandbox/runtime/unique_fd.hpp"
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 #include "test_network.hpp"
 
 namespace maf_sandbox::egress_testing {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "egress_decision_log.hpp"
-#include "maf_sandbox/runtime/egress.hpp"
+#include "maf_sandbox/runtime/egress/egress.hpp"
 
 namespace maf_sandbox::runtime {
 namespace {

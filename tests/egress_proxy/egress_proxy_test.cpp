@@ -23,8 +23,8 @@
 
 #include "maf_sandbox/net/http_server.hpp"
 #include "maf_sandbox/net/tls.hpp"
-#include "maf_sandbox/runtime/egress.hpp"
-#include "maf_sandbox/runtime/unique_fd.hpp"
+#include "maf_sandbox/runtime/egress/egress.hpp"
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace maf_sandbox::runtime {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "egress_host_names.hpp"
 #include "maf_sandbox/core/errors.hpp"
-#include "maf_sandbox/runtime/egress.hpp"
+#include "maf_sandbox/runtime/egress/egress.hpp"
 
 namespace maf_sandbox::runtime {
 namespace {

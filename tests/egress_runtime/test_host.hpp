@@ -20,7 +20,7 @@
 
 #include <fmt/format.h>
 
-#include "maf_sandbox/runtime/unique_fd.hpp"
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace maf_sandbox::egress_testing {
 

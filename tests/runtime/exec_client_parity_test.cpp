@@ -18,8 +18,8 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/exec_client.hpp"
-#include "maf_sandbox/runtime/exec_protocol.hpp"
-#include "maf_sandbox/runtime/unique_fd.hpp"
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
+#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 #include "sandbox_fixture.hpp"
 
 namespace maf_sandbox::local {

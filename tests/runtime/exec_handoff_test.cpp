@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "maf_sandbox/runtime/cgroup.hpp"
-#include "maf_sandbox/runtime/exec_protocol.hpp"
-#include "maf_sandbox/runtime/unique_fd.hpp"
+#include "maf_sandbox/runtime/kernel/cgroup.hpp"
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
+#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 #include "sandbox_fixture.hpp"
 
 namespace maf_sandbox::runtime::testing {

@@ -10,7 +10,7 @@
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/local/warm_lookup.hpp"
-#include "maf_sandbox/runtime/registry.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 #include "sandbox_fixture.hpp"
 
 namespace maf_sandbox::local {

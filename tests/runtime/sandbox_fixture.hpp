@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "maf_sandbox/runtime/images.hpp"
-#include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "maf_sandbox/runtime/host/images.hpp"
+#include "maf_sandbox/runtime/host/sandbox_process.hpp"
 #include "test_dirs.hpp"
 
 namespace maf_sandbox::runtime::testing {

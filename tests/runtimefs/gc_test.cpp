@@ -1,4 +1,4 @@
-#include "maf_sandbox/runtime/gc.hpp"
+#include "maf_sandbox/runtime/host/gc.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>

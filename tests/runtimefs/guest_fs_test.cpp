@@ -1,4 +1,4 @@
-#include "maf_sandbox/runtime/guest_fs.hpp"
+#include "maf_sandbox/runtime/kernel/guest_fs.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

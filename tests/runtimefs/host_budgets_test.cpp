@@ -1,6 +1,6 @@
 // The per-sandbox bounds on the host's shared budgets (host_budgets.hpp): the file share formula,
 // the pid budget, and the environment overrides.
-#include "maf_sandbox/runtime/host_budgets.hpp"
+#include "maf_sandbox/runtime/kernel/host_budgets.hpp"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

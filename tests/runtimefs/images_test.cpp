@@ -1,4 +1,4 @@
-#include "maf_sandbox/runtime/images.hpp"
+#include "maf_sandbox/runtime/host/images.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>

@@ -1,4 +1,4 @@
-#include "maf_sandbox/runtime/registry.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -1,5 +1,5 @@
 // The supervisor's config as the launcher writes it and the supervisor reads it back.
-#include "maf_sandbox/runtime/supervisor.hpp"
+#include "maf_sandbox/runtime/wire/supervisor_config.hpp"
 
 #include <gtest/gtest.h>
 

@@ -13,8 +13,8 @@
 #include <set>
 #include <thread>
 
-#include "maf_sandbox/runtime/cgroup.hpp"
-#include "maf_sandbox/runtime/gc.hpp"
+#include "maf_sandbox/runtime/host/gc.hpp"
+#include "maf_sandbox/runtime/kernel/cgroup.hpp"
 #include "security_fixture.hpp"
 
 #ifndef MAF_SECURITY_CHAOS_DRIVER

@@ -12,7 +12,7 @@
 #include <set>
 
 #include "../runtimefs/tar_builder.hpp"
-#include "maf_sandbox/runtime/images.hpp"
+#include "maf_sandbox/runtime/host/images.hpp"
 #include "security_fixture.hpp"
 
 namespace maf_sandbox::security {

@@ -12,8 +12,8 @@
 
 #include <fmt/ranges.h>
 
-#include "maf_sandbox/runtime/gc.hpp"
-#include "maf_sandbox/runtime/owner.hpp"
+#include "maf_sandbox/runtime/host/gc.hpp"
+#include "maf_sandbox/runtime/wire/owner.hpp"
 #include "security_fixture.hpp"
 
 namespace maf_sandbox::security {

@@ -21,9 +21,9 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
-#include "maf_sandbox/runtime/guest_fs.hpp"
-#include "maf_sandbox/runtime/registry.hpp"
-#include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "maf_sandbox/runtime/host/sandbox_process.hpp"
+#include "maf_sandbox/runtime/kernel/guest_fs.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 #include "test_dirs.hpp"
 
 #ifndef MAF_SECURITY_PROBE

@@ -14,10 +14,10 @@
 #include "forgery_victims.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/local/warm_lookup.hpp"
-#include "maf_sandbox/runtime/gc.hpp"
-#include "maf_sandbox/runtime/id_claims.hpp"
-#include "maf_sandbox/runtime/recorded_handle.hpp"
-#include "maf_sandbox/runtime/registry.hpp"
+#include "maf_sandbox/runtime/host/gc.hpp"
+#include "maf_sandbox/runtime/host/id_claims.hpp"
+#include "maf_sandbox/runtime/host/recorded_handle.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 #include "security_fixture.hpp"
 
 namespace maf_sandbox::security {

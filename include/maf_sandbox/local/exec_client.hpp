@@ -1,15 +1,15 @@
 // The exec wire's host side as an Asio awaitable: runs on the caller's executor, so an exec costs
 // no thread hop there and back (a visible part of a round trip on a small host). The blocking
 // client, runtime::call_exec, stays for front ends without an event loop; both share the wire's
-// encoding, checks, caps and error wording (maf_sandbox/runtime/exec_protocol.hpp).
+// encoding, checks, caps and error wording (maf_sandbox/runtime/wire/exec_protocol.hpp).
 #pragma once
 
 #include <chrono>
 #include <filesystem>
 
 #include "maf_sandbox/core/sandbox.hpp"
-#include "maf_sandbox/runtime/exec_protocol.hpp"
-#include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "maf_sandbox/runtime/host/sandbox_process.hpp"
+#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 
 namespace maf_sandbox::local {
 

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "maf_sandbox/core/types.hpp"
-#include "maf_sandbox/runtime/exec_protocol.hpp"
+#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 
 namespace maf_sandbox::local {
 

@@ -19,9 +19,9 @@
 
 #include "maf_sandbox/core/sandbox.hpp"
 #include "maf_sandbox/core/types.hpp"
-#include "maf_sandbox/runtime/egress.hpp"
-#include "maf_sandbox/runtime/host_budgets.hpp"
-#include "maf_sandbox/runtime/id_ranges.hpp"
+#include "maf_sandbox/runtime/egress/egress.hpp"
+#include "maf_sandbox/runtime/host/id_ranges.hpp"
+#include "maf_sandbox/runtime/kernel/host_budgets.hpp"
 
 namespace maf_sandbox::local {
 

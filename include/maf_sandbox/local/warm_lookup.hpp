@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "maf_sandbox/runtime/egress.hpp"
-#include "maf_sandbox/runtime/registry.hpp"
-#include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "maf_sandbox/runtime/egress/egress.hpp"
+#include "maf_sandbox/runtime/host/sandbox_process.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 
 namespace maf_sandbox::local {
 
@@ -75,7 +75,7 @@ std::optional<runtime::SandboxRecord> find_live(const runtime::Registry& registr
 // Takes a live pooled sandbox of `signature` and relabels it with `labels`, under the pool's
 // registry lock, so two processes never take the same one; nullopt when there is none. Dead ones
 // met on the way are destroyed. With an `owner` (a one-shot run), the same record update names it:
-// the sandbox's owner watch then disposes it when the owner ends (runtime/owner.hpp).
+// the sandbox's owner watch then disposes it when the owner ends (runtime/wire/owner.hpp).
 std::optional<runtime::SandboxRecord> take_pooled(
     runtime::Registry& registry, const std::string& signature, const Labels& labels,
     const std::optional<runtime::SandboxOwner>& owner = std::nullopt);

@@ -14,8 +14,8 @@
 #include "maf_sandbox/local/exec_outcome.hpp"
 #include "maf_sandbox/local/shared_pool.hpp"
 #include "maf_sandbox/local/warm_lookup.hpp"
-#include "maf_sandbox/runtime/registry.hpp"
-#include "maf_sandbox/runtime/sandbox_process.hpp"
+#include "maf_sandbox/runtime/host/sandbox_process.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 
 namespace maf_sandbox::cli::lean {
 

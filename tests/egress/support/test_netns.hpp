@@ -13,7 +13,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "maf_sandbox/runtime/unique_fd.hpp"
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace maf_sandbox::egress_testing {
 

@@ -19,7 +19,7 @@
 #include <memory>
 #include <string>
 
-#include "maf_sandbox/runtime/unique_fd.hpp"
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 #include "test_host.hpp"
 
 namespace maf_sandbox::egress_testing {
