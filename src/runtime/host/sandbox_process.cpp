@@ -23,7 +23,7 @@
 #include <fmt/format.h>
 #include <boost/json.hpp>
 
-#include "fd_ops.hpp"
+#include "../kernel/fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/host/id_claims.hpp"
 #include "maf_sandbox/runtime/host/recorded_handle.hpp"
