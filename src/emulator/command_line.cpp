@@ -15,6 +15,7 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/emulator/emulator.hpp"
+#include "maf_sandbox/runtime/registry.hpp"
 #include "registry_standin.hpp"
 
 namespace maf_sandbox::emulator {
@@ -172,7 +173,9 @@ int serve(Args args) {
     if (self_signed && options.tls_cert) {
         usage_error("--self-signed and --tls-cert are exclusive");
     }
-    std::filesystem::create_directories(options.state_dir);
+    // 0700 and root's, as the runtime's own stores: the sandbox records, the self-signed TLS
+    // key, the disk images and every sandbox's directory live beneath it.
+    runtime::make_private_state_dir(options.state_dir);
 
     auto logger = std::make_shared<spdlog::logger>(
         "acas-emulator", std::make_shared<spdlog::sinks::stderr_sink_mt>());
@@ -229,6 +232,7 @@ int images(Args args) {
     if (!archive || !ref || !state_dir) {
         usage_error("images add needs ARCHIVE, --ref REGISTRY/REPO:TAG and --state-dir DIR");
     }
+    runtime::make_private_state_dir(*state_dir);
     RegistryStandIn registry(*state_dir);
     registry.add(*archive, *ref);
     std::cerr << fmt::format("{} can now be imported with PUT .../diskimages (image.base)\n", *ref);

@@ -22,6 +22,7 @@
 #include "fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/guest_fs.hpp"
+#include "maf_sandbox/runtime/registry.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -735,12 +736,10 @@ ImageRef parse_image_ref(std::string_view text) {
 ImageStore::ImageStore(fs::path state_dir)
     : state_dir_(fs::absolute(std::move(state_dir)).lexically_normal()),
       images_dir_(state_dir_ / "images") {
-    std::error_code ignored;
-    fs::create_directories(state_dir_, ignored);
-    // 0711: supervisors (unprivileged host uids) traverse to their image's layers by path; no
-    // host user may list the store.
-    detail::make_state_dir(state_dir_, 0711);
-    detail::make_state_dir(images_dir_, 0711);
+    // 0700: no host user but root reaches an image's files (a supervisor opens its layers as
+    // root, before it becomes the sandbox's own host uid).
+    make_private_state_dir(state_dir_);
+    make_private_state_dir(images_dir_);
 }
 
 fs::path ImageStore::image_dir(const ImageRef& ref) const {

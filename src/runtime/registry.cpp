@@ -187,6 +187,14 @@ fs::path default_state_dir() {
     return fs::path(kDefaultStateDir);
 }
 
+void make_private_state_dir(const fs::path& path) {
+    std::error_code ignored;
+    if (path.has_parent_path()) {
+        fs::create_directories(path.parent_path(), ignored);  // a failure is reported below
+    }
+    detail::make_state_dir(path, 0700);
+}
+
 std::string_view to_string(SandboxState state) {
     for (const auto& entry : kStates) {
         if (entry.state == state) {
@@ -413,14 +421,12 @@ Registry::Registry(fs::path state_dir) : state_dir_(std::move(state_dir)) {
             "runtime's state_dir");
     }
     state_dir_ = fs::absolute(state_dir_).lexically_normal();
-    std::error_code ignored;
-    fs::create_directories(state_dir_, ignored);
-    // 0711: the runtime's user namespaces must traverse into per-sandbox directories, never list
-    // (a sandbox's id is random, so no other host user can name its directory). Tightened when
-    // create_directories made them under the umask (0755).
-    detail::make_state_dir(state_dir_, 0711);
-    detail::make_state_dir(state_dir_ / "sandboxes", 0711);
-    detail::make_state_dir(state_dir_ / "locks", 0700);
+    // 0700: nothing here is for any host user but root. A sandbox's supervisor, once it is its
+    // own host uid, reaches its root through the descriptor it was started with, and every client
+    // of exec.sock is root.
+    make_private_state_dir(state_dir_);
+    make_private_state_dir(state_dir_ / "sandboxes");
+    make_private_state_dir(state_dir_ / "locks");
 }
 
 std::string Registry::new_id() {
@@ -463,7 +469,7 @@ void Registry::write_record(const SandboxRecord& record) const {
 
 void Registry::create(const SandboxRecord& record) {
     const auto dir = sandbox_dir(record.id);
-    if (::mkdir(dir.c_str(), 0711) != 0) {
+    if (::mkdir(dir.c_str(), 0700) != 0) {
         if (errno == EEXIST) {
             throw InvalidArgument(fmt::format("a sandbox with id {} already exists", record.id));
         }

@@ -28,6 +28,13 @@ inline constexpr const char* kStateDirEnv = "MAF_SANDBOX_STATE_DIR";
 // MAF_SANDBOX_STATE_DIR when set and non-empty, else kDefaultStateDir.
 std::filesystem::path default_state_dir();
 
+// Makes `path` a private state directory: its missing parents under the umask, then `path` itself
+// 0700, or an existing one tightened to 0700 through an O_NOFOLLOW descriptor, never by name (a
+// link at `path` is the operator's choice and is left as it is). Every state root the runtime and
+// the emulator keep is made this way: nothing in one is for any host user but root (the sandboxes'
+// own host uids included, which reach what they need through descriptors). Throws SystemError.
+void make_private_state_dir(const std::filesystem::path& path);
+
 enum class SandboxState { creating, running, stopping };
 std::string_view to_string(SandboxState state);
 SandboxState parse_sandbox_state(std::string_view text);  // InvalidArgument on anything else
@@ -143,7 +150,8 @@ class KeyLock {
 
 class Registry {
   public:
-    // Creates <state>/sandboxes and <state>/locks (mode 0700) when missing. Throws SystemError.
+    // Makes <state>, <state>/sandboxes and <state>/locks private (make_private_state_dir). Throws
+    // SystemError.
     explicit Registry(std::filesystem::path state_dir);
 
     const std::filesystem::path& state_dir() const noexcept { return state_dir_; }
