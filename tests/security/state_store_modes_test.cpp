@@ -198,6 +198,7 @@ TEST_F(StateStoreModes, TheStoresAre0700RootsAndNoHostUidOfASandboxCanListOrTrav
         EXPECT_EQ(st.st_gid, 0u) << dir;
     }
 
+    backend->wait_for_pool();  // the pooled sandbox's record is complete, and checked too
     const auto running = handles();
     ASSERT_GE(running.size(), 2u);
     std::vector<fs::path> beneath{rootfs / "etc" / "hostname", rootfs / "probe"};
