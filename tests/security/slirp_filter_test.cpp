@@ -1,4 +1,4 @@
-// The filter the supervisor stacks on slirp4netns's own (issue 17): slirp4netns's deny-list lets
+// The filter the supervisor stacks on slirp4netns's own: slirp4netns's deny-list lets
 // native AIO and io_uring through, and both spend host-wide budgets no namespace divides
 // (fs.aio-max-nr for one). Our filter answers each of them ENOSYS, as the guest's does, and
 // leaves every other call alone. Proven in a forked child of the test that installs exactly the
