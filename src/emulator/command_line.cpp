@@ -219,7 +219,7 @@ int serve(Args args) {
         usage_error("--self-signed and --tls-cert are exclusive");
     }
     check_remote_listen(options.host, options.token, allow_remote);
-    (void)runtime::open_trusted_state_dir(options.state_dir, 0711, kEmulatorStateAdvice);
+    (void)runtime::open_trusted_state_dir(options.state_dir, 0700, kEmulatorStateAdvice);
 
     auto logger = std::make_shared<spdlog::logger>(
         "acas-emulator", std::make_shared<spdlog::sinks::stderr_sink_mt>());
@@ -276,7 +276,7 @@ int images(Args args) {
     if (!archive || !ref || !state_dir) {
         usage_error("images add needs ARCHIVE, --ref REGISTRY/REPO:TAG and --state-dir DIR");
     }
-    (void)runtime::open_trusted_state_dir(*state_dir, 0711, kEmulatorStateAdvice);
+    (void)runtime::open_trusted_state_dir(*state_dir, 0700, kEmulatorStateAdvice);
     RegistryStandIn registry(*state_dir);
     registry.add(*archive, *ref);
     std::cerr << fmt::format("{} can now be imported with PUT .../diskimages (image.base)\n", *ref);

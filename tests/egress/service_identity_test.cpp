@@ -327,6 +327,38 @@ TEST(EgressServiceIdentitySlirp,
     EXPECT_EQ(kill_as(ids.slirp_id(), ::getpid(), 0), EPERM);
 }
 
+// slirp4netns's own filter lets native AIO and io_uring through; the supervisor stacks one of its
+// own under it before the exec (tests/security/slirp_filter_test.cpp proves what that one
+// answers). Two filters, then, and the sandbox's traffic still flows through slirp4netns.
+TEST(EgressServiceIdentitySlirp, Slirp4netnsRunsUnderOurAioFilterStackedOnItsOwnAndStillCarries) {
+    if (!runtime::egress_unavailable_reason(Egress::unrestricted).empty()) {
+        GTEST_SKIP() << "unrestricted egress is not available here: "
+                     << runtime::egress_unavailable_reason(Egress::unrestricted);
+    }
+    TestNetwork network;
+    SandboxOptions options;
+    options.mode = Egress::unrestricted;
+    EgressSandbox sandbox(network, {}, options);
+    // Control: slirp4netns configured tap0 with the guest's address, and a host of the test's own
+    // network answers through it.
+    const auto address = sandbox.shell("cat /proc/net/fib_trie");
+    EXPECT_NE(address.stdout_bytes.find("10.0.2.100"), std::string::npos) << address.stdout_bytes;
+    const auto reached =
+        sandbox.curl("http://" + network.allowed_host().addresses().host_ipv4 + "/stacked");
+    ASSERT_EQ(reached.status, 200) << reached.describe();
+
+    const auto slirp = find_in_cgroup(record_of(sandbox), "slirp4netns");
+    ASSERT_TRUE(slirp) << "no slirp4netns in the sandbox's cgroup";
+    EXPECT_EQ(status_field(*slirp, "Seccomp"), "2");
+    const auto filters = status_field(*slirp, "Seccomp_filters");
+    ASSERT_FALSE(filters.empty()) << "this kernel does not report Seccomp_filters";
+    EXPECT_GE(std::stoi(filters), 2) << "slirp4netns's own filter and ours";
+    // The traffic still flows after the check, as it did before.
+    EXPECT_EQ(
+        sandbox.curl("http://" + network.allowed_host().addresses().host_ipv4 + "/again").status,
+        200);
+}
+
 // --- the decision log under a flood ----------------------------------------------------------
 
 struct LogLines {

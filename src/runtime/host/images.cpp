@@ -351,10 +351,11 @@ ImageRef parse_image_ref(std::string_view text) {
 ImageStore::ImageStore(fs::path state_dir)
     : state_dir_(fs::absolute(std::move(state_dir)).lexically_normal()),
       images_dir_(state_dir_ / "images") {
-    // 0711: supervisors (unprivileged host uids) traverse to their image's layers by path; no
-    // host user may list the store. One another user controls is refused (state_dir.hpp).
-    detail::make_state_dir(state_dir_, 0711);
-    detail::make_state_dir(images_dir_, 0711);
+    // 0700: no host user but root reaches an image's files (a supervisor opens its layers as
+    // root, before it becomes the sandbox's own host uid). One another user controls is refused
+    // (state_dir.hpp).
+    detail::make_state_dir(state_dir_, 0700);
+    detail::make_state_dir(images_dir_, 0700);
 }
 
 fs::path ImageStore::image_dir(const ImageRef& ref) const {

@@ -4,7 +4,6 @@
 #include <net/if.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/fsuid.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -40,8 +39,9 @@ pid_t clone_with_namespaces(unsigned long flags) {
 
 pid_t clone_with_owned_namespaces(unsigned long flags, uid_t owner, gid_t owner_group) {
     // The effective ids only: the real and saved ids stay 0, which is what lets this process (and
-    // only it) become root again below. The file-system ids go back to 0 at once, so the child
-    // resolves the state directory as root does (its own ids change inside the namespace later).
+    // only it) become root again below. The file-system ids follow the effective ones: the child
+    // resolves no host path (it enters its root through the working directory it inherits), and
+    // as the owner uid it could not traverse the state directory (0700, root's) if it tried.
     if (::setresgid(static_cast<gid_t>(-1), owner_group, static_cast<gid_t>(-1)) != 0) {
         throw SystemError(errno, "taking the sandbox's owner gid to create its user namespace");
     }
@@ -50,8 +50,6 @@ pid_t clone_with_owned_namespaces(unsigned long flags, uid_t owner, gid_t owner_
         ::setresgid(static_cast<gid_t>(-1), 0, static_cast<gid_t>(-1));
         throw SystemError(error, "taking the sandbox's owner uid to create its user namespace");
     }
-    ::setfsuid(0);
-    ::setfsgid(0);
     long pid = 0;
     int error = 0;
     if (::geteuid() != owner) {

@@ -106,15 +106,38 @@ void check(int rc, const char* doing) {
     }
 }
 
+// The calls that reach the kernel's asynchronous I/O engines, which the filter stacked on
+// slirp4netns answers with ENOSYS (slirp_seccomp_program).
+constexpr const char* kIoUring[] = {"io_uring_setup", "io_uring_enter", "io_uring_register"};
+
+// The BPF program `ctx` compiles to.
+std::vector<sock_filter> export_program(scmp_filter_ctx ctx) {
+    UniqueFd memfd(::memfd_create("maf-seccomp", MFD_CLOEXEC));
+    if (!memfd) {
+        throw SystemError(errno, "creating a buffer for the seccomp filter");
+    }
+    check(::seccomp_export_bpf(ctx, memfd.get()), "exporting the BPF program");
+    struct stat info {};
+    ::fstat(memfd.get(), &info);
+    std::vector<sock_filter> program(static_cast<std::size_t>(info.st_size) / sizeof(sock_filter));
+    if (::pread(memfd.get(), program.data(), program.size() * sizeof(sock_filter), 0) !=
+        static_cast<ssize_t>(program.size() * sizeof(sock_filter))) {
+        throw SystemError(errno, "reading back the seccomp filter");
+    }
+    return program;
+}
+
+struct Release {
+    scmp_filter_ctx ctx;
+    ~Release() { ::seccomp_release(ctx); }
+};
+
 std::vector<sock_filter> compile() {
     scmp_filter_ctx ctx = ::seccomp_init(SCMP_ACT_ALLOW);
     if (ctx == nullptr) {
         throw SystemError(ENOMEM, "creating the seccomp filter");
     }
-    struct Release {
-        scmp_filter_ctx ctx;
-        ~Release() { ::seccomp_release(ctx); }
-    } release{ctx};
+    const Release release{ctx};
     const auto deny = SCMP_ACT_ERRNO(EPERM);
     // Foreign-ABI calls (i386 via int 0x80, x32) would slip past a native-only filter.
     check(::seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, deny), "refusing foreign ABIs");
@@ -154,22 +177,45 @@ std::vector<sock_filter> compile() {
                                  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFul, request)),
               "ioctl TIOCSTI");
     }
-    UniqueFd memfd(::memfd_create("maf-seccomp", MFD_CLOEXEC));
-    if (!memfd) {
-        throw SystemError(errno, "creating a buffer for the seccomp filter");
+    return export_program(ctx);
+}
+
+// slirp4netns's own filter (--enable-seccomp) is a deny-list that lets the native AIO and
+// io_uring calls through. slirp4netns, libslirp and glib never make them, so only a slirp4netns
+// taken over by the guest's traffic could: the same host-wide budgets the guest is refused
+// (fs.aio-max-nr, io_uring's locked memory) would then be one step away. Stacked filters are all
+// evaluated and the strictest answer wins, so this one only adds: ENOSYS for those calls, as the
+// guest gets, and everything else left to slirp4netns's own list. A foreign ABI would slip past
+// native numbers: refused too (slirp4netns makes no such call).
+std::vector<sock_filter> compile_slirp() {
+    scmp_filter_ctx ctx = ::seccomp_init(SCMP_ACT_ALLOW);
+    if (ctx == nullptr) {
+        throw SystemError(ENOMEM, "creating slirp4netns's seccomp filter");
     }
-    check(::seccomp_export_bpf(ctx, memfd.get()), "exporting the BPF program");
-    struct stat info {};
-    ::fstat(memfd.get(), &info);
-    std::vector<sock_filter> program(static_cast<std::size_t>(info.st_size) / sizeof(sock_filter));
-    if (::pread(memfd.get(), program.data(), program.size() * sizeof(sock_filter), 0) !=
-        static_cast<ssize_t>(program.size() * sizeof(sock_filter))) {
-        throw SystemError(errno, "reading back the seccomp filter");
+    const Release release{ctx};
+    check(::seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ERRNO(ENOSYS)),
+          "refusing foreign ABIs");
+    const auto refuse = [&](const char* name) {
+        const int nr = ::seccomp_syscall_resolve_name(name);
+        if (nr != __NR_SCMP_ERROR) {
+            check(::seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0), name);
+        }
+    };
+    for (const char* name : kNativeAio) {
+        refuse(name);
     }
-    return program;
+    for (const char* name : kIoUring) {
+        refuse(name);
+    }
+    return export_program(ctx);
 }
 
 }  // namespace
+
+const std::vector<sock_filter>& slirp_seccomp_program() {
+    static const std::vector<sock_filter> program = compile_slirp();
+    return program;
+}
 
 const std::vector<sock_filter>& guest_seccomp_program() {
     static const std::vector<sock_filter> program = compile();

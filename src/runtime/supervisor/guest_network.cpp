@@ -298,7 +298,8 @@ void GuestNetwork::start_outside(const SupervisorConfig& config, pid_t pid1) {
         }
         // No --enable-sandbox: slirp4netns's own sandbox needs it to be uid 0 (or to become uid 0
         // of the sandbox's user namespace, which is the guest's root). The read-only mount
-        // namespace below takes its place; --enable-seccomp is slirp4netns's own filter.
+        // namespace below takes its place; --enable-seccomp is slirp4netns's own filter, and
+        // slirp_seccomp_program is stacked under it.
         const std::vector<std::string> args{
             executable->string(),
             "--configure",
@@ -317,6 +318,8 @@ void GuestNetwork::start_outside(const SupervisorConfig& config, pid_t pid1) {
         argv.push_back(nullptr);
         char* const envp[] = {nullptr};
         const uid_t slirp_id = config.ids.slirp_id();
+        // Compiled here: the forked child only installs it.
+        const std::vector<sock_filter>& filter = slirp_seccomp_program();
         const pid_t slirp = ::fork();
         if (slirp < 0) {
             throw SystemError(errno, "forking slirp4netns");
@@ -328,6 +331,11 @@ void GuestNetwork::start_outside(const SupervisorConfig& config, pid_t pid1) {
             if (!enter_read_only_mount_namespace(slirp_id) || !limit_file_size(kSlirpLogBytes) ||
                 !become_slirp_user(slirp_id, userns.get())) {
                 child_says("maf-sandbox: could not start slirp4netns as its own user\n");
+                ::_exit(126);
+            }
+            // Under slirp4netns's own filter (--enable-seccomp), which it installs after the exec.
+            if (!install_seccomp(filter)) {
+                child_says("maf-sandbox: could not install slirp4netns's AIO filter\n");
                 ::_exit(126);
             }
             close_fds_except({lifetime_read_.get(), ready_write.get(), netns.get()});

@@ -244,8 +244,8 @@ void report(std::string_view line) {
 // PID 1's recipe: the sandbox's init confines itself in this order, each step needing what the
 // one before it still had.
 //   1. wait for `go`: the host-side half has written the id maps and placed the cgroups;
-//   2. bind the root onto itself and enter it, still as the host's (unmapped) root, the only
-//      identity that reaches the root directory;
+//   2. bind the working directory onto itself and enter the copy: the host-side half entered
+//      the sandbox's root as root before the clone, so no host path is resolved here;
 //   3. become root of the sandbox's user namespace, with no supplementary groups;
 //   4. write the user namespace's limits, before any capability is dropped;
 //   5. enter_root: pivot_root, a fresh /proc with its masks, the host's root detached (nothing of
@@ -254,7 +254,7 @@ void report(std::string_view line) {
 //   7. not dumpable: guest processes of the same uid read neither its memory nor descriptors;
 //   8. run_pid1: the empty bounding set, no_new_privs and the seccomp filter, once, inherited by
 //      every handler and guest forked from here (exec_guest.cpp's hand-over drops the rest).
-[[noreturn]] void sandbox_init(const SupervisorConfig& config, const fs::path& root, int listener,
+[[noreturn]] void sandbox_init(const SupervisorConfig& config, int listener,
                                const ExecCgroupParent& cgroups,
                                const std::vector<sock_filter>& seccomp, GuestNetwork& network,
                                int go) {
@@ -265,14 +265,17 @@ void report(std::string_view line) {
             std::_Exit(1);  // the host-side half failed and already reported why
         }
         ::close(go);
-        // 2. Still the host's root (unmapped) here, which is what lets us reach the root directory.
-        // The root arrives as a locked mount (copied from a more privileged namespace), which
-        // pivot_root refuses; a bind of it made here is ours.
-        if (::mount(root.c_str(), root.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
-            throw SystemError(errno, fmt::format("binding {} onto itself", root.string()));
-        }
-        if (::chdir(root.c_str()) != 0) {
-            throw SystemError(errno, fmt::format("entering {}", root.string()));
+        // 2. The working directory is the sandbox's root: the host-side half entered it as root
+        // before the clone, and the kernel carried it over into this mount namespace's copy. No
+        // host path is resolved here: this process is the sandbox's own host uid, and the state
+        // directory is root's alone (0700). The root arrives as a locked mount (copied from a
+        // more privileged namespace), which pivot_root refuses; a copy of it attached on top of
+        // itself here is ours.
+        const UniqueFd tree{
+            ::open_tree(AT_FDCWD, ".", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE)};
+        if (!tree || ::move_mount(tree.get(), "", AT_FDCWD, ".", MOVE_MOUNT_F_EMPTY_PATH) != 0 ||
+            ::fchdir(tree.get()) != 0) {
+            throw SystemError(errno, "binding the sandbox's root onto itself");
         }
         // 3.
         if (::setresgid(0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 ||
@@ -404,7 +407,14 @@ int supervisor_main(int argc, char** argv) {
         // First, while this process is still in the host's mount namespace: the egress proxy
         // forked here never sees the sandbox's mounts.
         GuestNetwork network = GuestNetwork::prepare(config);
+        // The root is opened here, as root: PID 1 enters it through this descriptor (as its
+        // working directory across the clone below), never by the host path.
         const fs::path root = prepare_root(config.mounts, config.sandbox_dir);
+        const UniqueFd root_dir{
+            ::open(root.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+        if (!root_dir) {
+            throw SystemError(errno, "opening the sandbox's root");
+        }
         UniqueFd listener = listen_on(config.socket_path);
         if (!joins_first) {
             join_placed_cgroups(config);
@@ -430,13 +440,21 @@ int supervisor_main(int argc, char** argv) {
             // The kernel copies the namespace's whole-sandbox signal and message queue budgets
             // from its creator's limits at creation; PID 1 inherits all three.
             const ScopedCreationLimits limits(config.budgets);
+            if (::fchdir(root_dir.get()) != 0) {
+                throw SystemError(errno, "entering the sandbox's root");
+            }
             // Owned by the guest root's host uid, so the sandbox's per-user kernel counts are
             // charged to its own identity, not to host root.
             child = clone_with_owned_namespaces(namespaces, config.ids.to_host(0),
                                                 config.ids.to_host(0));
             if (child == 0) {
                 ::close(go[1]);
-                sandbox_init(config, root, listener.get(), cgroups, seccomp, network, go[0]);
+                ::close(root_dir.get());  // the working directory is all PID 1 needs of it
+                sandbox_init(config, listener.get(), cgroups, seccomp, network, go[0]);
+            }
+            // Out of the sandbox's root: slirp4netns, started below, inherits our directory.
+            if (::chdir("/") != 0) {
+                throw SystemError(errno, "leaving the sandbox's root");
             }
         }
         ::close(go[0]);

@@ -189,6 +189,9 @@ fs::path default_state_dir() {
     return fs::path(kDefaultStateDir);
 }
 
+    detail::make_state_dir(path, 0700);
+}
+
 std::string_view to_string(SandboxState state) {
     for (const auto& entry : kStates) {
         if (entry.state == state) {
@@ -415,11 +418,12 @@ Registry::Registry(fs::path state_dir) : state_dir_(std::move(state_dir)) {
             "runtime's state_dir");
     }
     state_dir_ = fs::absolute(state_dir_).lexically_normal();
-    // 0711: the runtime's user namespaces must traverse into per-sandbox directories, never list
-    // (a sandbox's id is random, so no other host user can name its directory). A state
-    // directory another user controls is refused here: its records are acted on as root.
-    detail::make_state_dir(state_dir_, 0711);
-    detail::make_state_dir(state_dir_ / "sandboxes", 0711);
+    // 0700: nothing here is for any host user but root. A sandbox's supervisor, once it is its
+    // own host uid, reaches its root through the working directory it was started in, and every
+    // client of exec.sock is root. A state directory another user controls is refused here: its
+    // records are acted on as root.
+    detail::make_state_dir(state_dir_, 0700);
+    detail::make_state_dir(state_dir_ / "sandboxes", 0700);
     detail::make_state_dir(state_dir_ / "locks", 0700);
 }
 
@@ -463,7 +467,7 @@ void Registry::write_record(const SandboxRecord& record) const {
 
 void Registry::create(const SandboxRecord& record) {
     const auto dir = sandbox_dir(record.id);
-    if (::mkdir(dir.c_str(), 0711) != 0) {
+    if (::mkdir(dir.c_str(), 0700) != 0) {
         if (errno == EEXIST) {
             throw InvalidArgument(fmt::format("a sandbox with id {} already exists", record.id));
         }

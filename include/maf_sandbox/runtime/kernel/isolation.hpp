@@ -120,6 +120,11 @@ void enter_root();
 // EPERM (clone3 with ENOSYS so libc falls back to clone, whose namespace flags are filtered).
 const std::vector<sock_filter>& guest_seccomp_program();
 
+// The filter stacked on slirp4netns's own before it execs, compiled once per process: the native
+// AIO and io_uring calls answer ENOSYS (host-wide budgets no namespace divides), and everything
+// else is left to slirp4netns's own filter.
+const std::vector<sock_filter>& slirp_seccomp_program();
+
 // Async-signal-safe: sets no_new_privs and installs `program` on the calling thread.
 bool install_seccomp(const std::vector<sock_filter>& program) noexcept;
 

@@ -28,6 +28,7 @@ inline constexpr const char* kStateDirEnv = "MAF_SANDBOX_STATE_DIR";
 // MAF_SANDBOX_STATE_DIR when set and non-empty, else kDefaultStateDir.
 std::filesystem::path default_state_dir();
 
+
 enum class SandboxState { creating, running, stopping };
 std::string_view to_string(SandboxState state);
 SandboxState parse_sandbox_state(std::string_view text);  // InvalidArgument on anything else
@@ -143,7 +144,8 @@ class KeyLock {
 
 class Registry {
   public:
-    // Creates <state>/sandboxes and <state>/locks (mode 0700) when missing. Throws SystemError.
+    // Makes <state>, <state>/sandboxes and <state>/locks 0700 through the trust rule
+    // (kernel/state_dir.hpp). Throws SystemError.
     explicit Registry(std::filesystem::path state_dir);
 
     const std::filesystem::path& state_dir() const noexcept { return state_dir_; }
