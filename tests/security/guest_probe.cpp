@@ -388,12 +388,13 @@ int main(int argc, char** argv) {
         // Each way to take pages from the host's huge-page pool, then an ordinary anonymous
         // mapping as the benign control. Whatever succeeds is given back at once.
         constexpr long kBytes = 2L << 20;
-        const long mapped = raw(SYS_mmap, 0, kBytes, PROT_READ | PROT_WRITE,
-                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1);
-        if (mapped != -1) {
-            raw(SYS_munmap, mapped, kBytes);
+        // libc's mmap: raw() passes five arguments and mmap's sixth, the offset, must be 0.
+        void* mapped = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+        if (mapped != MAP_FAILED) {
+            ::munmap(mapped, kBytes);
         }
-        report(mapped == -1 ? -1 : 0);
+        report(mapped == MAP_FAILED ? -1 : 0);
         const long segment = raw(SYS_shmget, IPC_PRIVATE, kBytes, IPC_CREAT | SHM_HUGETLB | 0600);
         if (segment >= 0) {
             raw(SYS_shmctl, segment, IPC_RMID, 0);
@@ -404,12 +405,12 @@ int main(int argc, char** argv) {
             ::close(static_cast<int>(memfd));
         }
         report(memfd);
-        const long plain =
-            raw(SYS_mmap, 0, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
-        if (plain != -1) {
-            raw(SYS_munmap, plain, kBytes);
+        void* plain =
+            ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (plain != MAP_FAILED) {
+            ::munmap(plain, kBytes);
         }
-        return report(plain == -1 ? -1 : 0);
+        return report(plain == MAP_FAILED ? -1 : 0);
     }
     if (op == "perf_event_open") {
         perf_event_attr attr{};
