@@ -51,17 +51,20 @@ std::vector<fs::path> cgroups_named(const std::string& name) {
     return found;
 }
 
+}  // namespace
+
 // A creator killed after making the sandbox's cgroups but before recording them (or before
 // writing any record) leaves a running supervisor in cgroups no record names. They are found by
 // their name, maf-sbx-<id>, which no other sandbox can have (the id is 128 random bits), and
 // everything in them is killed before they are removed.
 void destroy_cgroups_named_for(const std::string& id) {
+    if (!Registry::is_id(id)) {
+        return;  // a name built from it could reach outside the sandbox's own cgroups
+    }
     if (auto named = cgroups_named(fmt::format("maf-sbx-{}", id)); !named.empty()) {
         SandboxCgroup::attach(detect_cgroup_layout(), std::move(named))->destroy();
     }
 }
-
-}  // namespace
 
 void release_recorded_ids(const SandboxRecord& record) {
     if (record.host_ids && !record.host_ids->claims_dir.empty()) {

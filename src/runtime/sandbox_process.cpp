@@ -25,6 +25,7 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/id_claims.hpp"
+#include "maf_sandbox/runtime/named_cgroups.hpp"
 #include "maf_sandbox/runtime/supervisor.hpp"
 
 namespace maf_sandbox::runtime {
@@ -323,9 +324,10 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     const IdClaims claims(launch.id_claims_dir.empty() ? default_id_claims_dir()
                                                        : launch.id_claims_dir);
     // Released (after the rollback below has ended everything) unless the launch succeeds.
-    IdClaim claim = claims.claim(launch.id_pool ? *launch.id_pool : IdPool::from_environment(),
-                                 IdClaimRequest{launch.id, kFullGuestIdCount, launch.limits.pids,
-                                                pid_budget(host_budgets, pid_max)});
+    IdClaim claim =
+        claims.claim(launch.id_pool ? *launch.id_pool : IdPool::from_environment(),
+                     IdClaimRequest{launch.id, kFullGuestIdCount, launch.limits.pids,
+                                    pid_budget(host_budgets, pid_max), destroy_cgroups_named_for});
     const IdMapping ids = claim.ids();
     SandboxHandle handle;
     handle.sandbox_id = launch.id;

@@ -40,11 +40,16 @@ int run_to_end(const std::vector<std::string>& args, const fs::path& state) {
     return WEXITSTATUS(std::system(command.c_str()));
 }
 
-// Starts `binary run ... -- sleep 600` with the test's state directory; returns its pid.
-pid_t start_run(const std::string& binary, const fs::path& state) {
+// Starts `binary run ... -- sleep 600` with the test's state directory (and `env`, name=value
+// pairs); returns its pid.
+pid_t start_run(const std::string& binary, const fs::path& state,
+                const std::vector<std::pair<std::string, std::string>>& env = {}) {
     const pid_t pid = ::fork();
     if (pid == 0) {
         ::setenv("MAF_SANDBOX_STATE_DIR", state.c_str(), 1);
+        for (const auto& [name, value] : env) {
+            ::setenv(name.c_str(), value.c_str(), 1);
+        }
         const int null = ::open("/dev/null", O_RDWR);
         ::dup2(null, 0);
         ::dup2(null, 1);
@@ -220,6 +225,45 @@ TEST(OneShotOwner, GcReclaimsAOneShotSandboxWhoseOwnerIsGoneWhenNoWatchGotToIt) 
     EXPECT_EQ(report.reclaimed, 1) << fmt::format("{}", fmt::join(report.errors, "; "));
     EXPECT_TRUE(gone_within(state.path(), *record, 5s))
         << "gc left a one-shot sandbox whose owner is gone";
+}
+
+// The claim files of a private host id table (everything but its lock).
+std::size_t claims_in(const fs::path& table) {
+    std::size_t count = 0;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(table, ec)) {
+        count += entry.path().filename() != ".lock";
+    }
+    return count;
+}
+
+TEST(OneShotOwner, RepeatedlyKilledRunsGiveTheirHostIdSlotsBack) {
+    TempDir state("maf-sec-owner");
+    TempDir ids("maf-sec-ids");
+    // A private table and a pool of two slots no other sandbox of this host uses: leaked claims
+    // would exhaust it by the third kill.
+    const std::vector<std::pair<std::string, std::string>> env = {
+        {"MAF_SANDBOX_ID_CLAIMS", (ids.path() / "ids").string()},
+        {"MAF_SANDBOX_ID_POOL", "0x5f000000:140000"}};
+    for (int round = 0; round < 4; ++round) {
+        SCOPED_TRACE(fmt::format("round {}", round));
+        const pid_t front_end = start_run(full_cli(), state.path(), env);
+        const auto record = wait_for_run(state.path(), 60s);
+        if (!record) {
+            kill_and_reap(front_end);
+            FAIL() << "the run's sandbox never became live (a leaked claim fills the pool)";
+        }
+        // Control: the live sandbox holds its claim.
+        EXPECT_EQ(claims_in(ids.path() / "ids"), 1u);
+        kill_and_reap(front_end);
+        ASSERT_TRUE(gone_within(state.path(), *record, 5s));
+        const auto deadline = std::chrono::steady_clock::now() + 5s;
+        while (claims_in(ids.path() / "ids") != 0 && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(50ms);
+        }
+        EXPECT_EQ(claims_in(ids.path() / "ids"), 0u)
+            << "the owner watch left the SIGKILLed run's host id claim behind";
+    }
 }
 #endif
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "maf_sandbox/runtime/named_cgroups.hpp"
 #include "maf_sandbox/runtime/registry.hpp"
 
 namespace maf_sandbox::runtime {
