@@ -227,6 +227,73 @@ TEST(OneShotOwner, GcReclaimsAOneShotSandboxWhoseOwnerIsGoneWhenNoWatchGotToIt) 
         << "gc left a one-shot sandbox whose owner is gone";
 }
 
+// An MCP server on stdio (the full CLI) whose stdin stays open; returns its pid and the pipe's
+// write end, through which the requests were sent.
+std::pair<pid_t, int> start_mcp_server(const fs::path& state) {
+    int in[2];
+    if (::pipe(in) != 0) {
+        return {-1, -1};
+    }
+    const std::string cli = full_cli();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::setenv("MAF_SANDBOX_STATE_DIR", state.c_str(), 1);
+        const int null = ::open("/dev/null", O_RDWR);
+        ::dup2(in[0], 0);
+        ::dup2(null, 1);
+        ::dup2(null, 2);
+        ::close(in[1]);
+        ::execl(cli.c_str(), cli.c_str(), "mcp", "--floor", "container", nullptr);
+        ::_exit(127);
+    }
+    ::close(in[0]);
+    const std::string requests =
+        R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}})"
+        "\n"
+        R"({"jsonrpc":"2.0","method":"notifications/initialized"})"
+        "\n"
+        R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_shell","arguments":{"command":"echo started"}}})"
+        "\n";
+    if (::write(in[1], requests.data(), requests.size()) != static_cast<ssize_t>(requests.size())) {
+        ::close(in[1]);
+        return {pid, -1};
+    }
+    return {pid, in[1]};
+}
+
+TEST(OneShotOwner, AKilledMcpServersSandboxGoesWithItAndGcLeavesALiveServersSandbox) {
+    TempDir state("maf-sec-owner");
+    const auto [server, input] = start_mcp_server(state.path());
+    ASSERT_GT(server, 0);
+    ASSERT_GE(input, 0);
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    std::optional<SandboxRecord> record;
+    while (!record && std::chrono::steady_clock::now() < deadline) {
+        for (const auto& found : Registry(state.path()).list()) {
+            if (Registry::is_alive(found) && runtime::recorded_owner(found)) {
+                record = found;
+            }
+        }
+        std::this_thread::sleep_for(50ms);
+    }
+    if (!record) {
+        kill_and_reap(server);
+        ::close(input);
+        FAIL() << "the MCP server's sandbox never became live naming an owner";
+    }
+    EXPECT_EQ(runtime::recorded_owner(*record)->pid, server);
+    // Control: while the server lives, gc leaves its sandbox alone.
+    Registry registry(state.path());
+    const auto report = runtime::reconcile(registry);
+    EXPECT_EQ(report.reclaimed, 0) << fmt::format("{}", fmt::join(report.errors, "; "));
+    EXPECT_TRUE(Registry::is_alive(*record));
+
+    kill_and_reap(server);
+    ::close(input);
+    EXPECT_TRUE(gone_within(state.path(), *record, 5s))
+        << "the sandbox outlived its SIGKILLed MCP server";
+}
+
 // The claim files of a private host id table (everything but its lock).
 std::size_t claims_in(const fs::path& table) {
     std::size_t count = 0;
