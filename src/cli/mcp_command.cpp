@@ -28,6 +28,7 @@
 #include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/kinds/codeact.hpp"
 #include "maf_sandbox/kinds/shell.hpp"
+#include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/mcp/http_guard.hpp"
 #include "maf_sandbox/mcp/http_transport.hpp"
 #include "maf_sandbox/mcp/server.hpp"
@@ -233,6 +234,13 @@ std::shared_ptr<SandboxBackend> backend_named(const std::string& name) {
             "(in-process backend: nothing was executed; use --backend local to run code)\n";
         return std::make_shared<InProcessSandboxBackend>(
             std::make_shared<InProcessSandbox>(std::move(sandbox)), std::move(options));
+    }
+    if (name == "local") {
+        // The server's sandboxes must not outlive it, whatever ends it (SIGKILL included).
+        local::LocalBackendConfig config;
+        config.egress_operator = runtime::EgressOperatorOptions::from_environment();
+        config.owned_by_this_process = true;
+        return std::make_shared<local::LocalBackend>(std::move(config));
     }
     return make_backend(name);
 }

@@ -94,8 +94,9 @@ struct LocalBackend::Impl {
         const bool per_call = spec->isolation_scope == IsolationScope::call;
         // A call's sandbox is disposed by the call's own process at its end; should that process
         // end first (killed by any signal), the sandbox goes with it (runtime/wire/owner.hpp).
-        const auto owner =
-            per_call ? std::optional(runtime::current_process_as_owner()) : std::nullopt;
+        const auto owner = per_call || config.owned_by_this_process
+                               ? std::optional(runtime::current_process_as_owner())
+                               : std::nullopt;
         const auto mutex = key_mutex(acquire_lock_name(labels));
         std::lock_guard in_process(*mutex);
         const auto cross_process = registry.lock(acquire_lock_name(labels));

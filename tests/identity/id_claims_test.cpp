@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "maf_sandbox/core/errors.hpp"
 
@@ -40,7 +42,7 @@ class ClaimTable : public ::testing::Test {
     }
     static IdClaimRequest request(const std::string& id, std::uint64_t pids = 512,
                                   std::uint64_t budget = 0) {
-        return IdClaimRequest{id, kFullGuestIdCount, pids, budget};
+        return IdClaimRequest{id, kFullGuestIdCount, pids, budget, {}};
     }
 
     fs::path root_;
@@ -140,6 +142,28 @@ TEST_F(ClaimTable, AFullPoolIsATypedRefusal) {
     auto a = table().claim(small, request("aaaa"));
     auto b = table().claim(small, request("bbbb"));
     EXPECT_THROW(table().claim(small, request("cccc")), SandboxCapacityExceeded);
+}
+
+TEST_F(ClaimTable, AFullPoolTakesBackTheSlotsOfClaimsNobodyHolds) {
+    const auto small = IdPool::parse("0x70000000:140000");  // two slots
+    auto live = table().claim(small, request("aaaa"));
+    {
+        auto gone = table().claim(small, request("bbbb"));
+        gone.commit();  // then its lock closes: a sandbox killed with nobody to release its claim
+    }
+    std::vector<std::string> emptied;
+    auto ask = request("cccc");
+    ask.empty_sandbox = [&](const std::string& id) { emptied.push_back(id); };
+    auto next = table().claim(small, ask);
+    EXPECT_EQ(next.ids().host_base, 0x70000000u + live.ids().span());
+    EXPECT_EQ(emptied, std::vector<std::string>{"bbbb"}) << "only the unheld claim is emptied";
+    const auto entries = table().list();
+    ASSERT_EQ(entries.size(), 2u);
+    EXPECT_EQ(entries[0].sandbox_id, "aaaa");
+    EXPECT_EQ(entries[1].sandbox_id, "cccc");
+    // Control: a claim someone holds is never taken back.
+    ask.sandbox_id = "dddd";
+    EXPECT_THROW(table().claim(small, ask), SandboxCapacityExceeded);
 }
 
 TEST_F(ClaimTable, ClaimsFromAnotherPoolSettingAreNeverOverlapped) {

@@ -104,6 +104,13 @@ TEST_F(SyscallEscape, NativeAioIsRefusedToTheGuestWhileTheHostKeepsIt) {
     EXPECT_EQ(errno_of({"clone", "0"}), 0) << "benign control: the guest's plain calls still work";
 }
 
+// Huge pages are one host-wide pool the memory cgroup does not charge: each way to map them is
+// refused with EINVAL (what a host without huge pages answers), while plain mappings still work.
+TEST_F(SyscallEscape, HugePageMappingsAreRefusedWhilePlainMappingsWork) {
+    const auto out = box_->probe({"hugetlb"});
+    EXPECT_EQ(out, fmt::format("errno {0}\nerrno {0}\nerrno {0}\nerrno 0\n", EINVAL)) << out;
+}
+
 TEST_F(SyscallEscape, PerfEventOpenIsRefused) {
     EXPECT_EQ(errno_of({"perf_event_open"}), EPERM);
 }

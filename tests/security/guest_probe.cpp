@@ -15,9 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -381,6 +383,34 @@ int main(int argc, char** argv) {
         report(raw(SYS_io_getevents, 1, 0, 1, 0, 0));
         report(raw(SYS_io_destroy, 1));
         return 0;
+    }
+    if (op == "hugetlb") {
+        // Each way to take pages from the host's huge-page pool, then an ordinary anonymous
+        // mapping as the benign control. Whatever succeeds is given back at once.
+        constexpr long kBytes = 2L << 20;
+        // libc's mmap: raw() passes five arguments and mmap's sixth, the offset, must be 0.
+        void* mapped = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+        if (mapped != MAP_FAILED) {
+            ::munmap(mapped, kBytes);
+        }
+        report(mapped == MAP_FAILED ? -1 : 0);
+        const long segment = raw(SYS_shmget, IPC_PRIVATE, kBytes, IPC_CREAT | SHM_HUGETLB | 0600);
+        if (segment >= 0) {
+            raw(SYS_shmctl, segment, IPC_RMID, 0);
+        }
+        report(segment);
+        const long memfd = raw(SYS_memfd_create, reinterpret_cast<long>("probe"), MFD_HUGETLB);
+        if (memfd >= 0) {
+            ::close(static_cast<int>(memfd));
+        }
+        report(memfd);
+        void* plain =
+            ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (plain != MAP_FAILED) {
+            ::munmap(plain, kBytes);
+        }
+        return report(plain == MAP_FAILED ? -1 : 0);
     }
     if (op == "perf_event_open") {
         perf_event_attr attr{};

@@ -40,11 +40,16 @@ int run_to_end(const std::vector<std::string>& args, const fs::path& state) {
     return WEXITSTATUS(std::system(command.c_str()));
 }
 
-// Starts `binary run ... -- sleep 600` with the test's state directory; returns its pid.
-pid_t start_run(const std::string& binary, const fs::path& state) {
+// Starts `binary run ... -- sleep 600` with the test's state directory (and `env`, name=value
+// pairs); returns its pid.
+pid_t start_run(const std::string& binary, const fs::path& state,
+                const std::vector<std::pair<std::string, std::string>>& env = {}) {
     const pid_t pid = ::fork();
     if (pid == 0) {
         ::setenv("MAF_SANDBOX_STATE_DIR", state.c_str(), 1);
+        for (const auto& [name, value] : env) {
+            ::setenv(name.c_str(), value.c_str(), 1);
+        }
         const int null = ::open("/dev/null", O_RDWR);
         ::dup2(null, 0);
         ::dup2(null, 1);
@@ -220,6 +225,112 @@ TEST(OneShotOwner, GcReclaimsAOneShotSandboxWhoseOwnerIsGoneWhenNoWatchGotToIt) 
     EXPECT_EQ(report.reclaimed, 1) << fmt::format("{}", fmt::join(report.errors, "; "));
     EXPECT_TRUE(gone_within(state.path(), *record, 5s))
         << "gc left a one-shot sandbox whose owner is gone";
+}
+
+// An MCP server on stdio (the full CLI) whose stdin stays open; returns its pid and the pipe's
+// write end, through which the requests were sent.
+std::pair<pid_t, int> start_mcp_server(const fs::path& state) {
+    int in[2];
+    if (::pipe(in) != 0) {
+        return {-1, -1};
+    }
+    const std::string cli = full_cli();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::setenv("MAF_SANDBOX_STATE_DIR", state.c_str(), 1);
+        const int null = ::open("/dev/null", O_RDWR);
+        ::dup2(in[0], 0);
+        ::dup2(null, 1);
+        ::dup2(null, 2);
+        ::close(in[1]);
+        ::execl(cli.c_str(), cli.c_str(), "mcp", "--floor", "container", nullptr);
+        ::_exit(127);
+    }
+    ::close(in[0]);
+    const std::string requests =
+        R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}})"
+        "\n"
+        R"({"jsonrpc":"2.0","method":"notifications/initialized"})"
+        "\n"
+        R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_shell","arguments":{"command":"echo started"}}})"
+        "\n";
+    if (::write(in[1], requests.data(), requests.size()) != static_cast<ssize_t>(requests.size())) {
+        ::close(in[1]);
+        return {pid, -1};
+    }
+    return {pid, in[1]};
+}
+
+TEST(OneShotOwner, AKilledMcpServersSandboxGoesWithItAndGcLeavesALiveServersSandbox) {
+    TempDir state("maf-sec-owner");
+    const auto [server, input] = start_mcp_server(state.path());
+    ASSERT_GT(server, 0);
+    ASSERT_GE(input, 0);
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    std::optional<SandboxRecord> record;
+    while (!record && std::chrono::steady_clock::now() < deadline) {
+        for (const auto& found : Registry(state.path()).list()) {
+            if (Registry::is_alive(found) && runtime::recorded_owner(found)) {
+                record = found;
+            }
+        }
+        std::this_thread::sleep_for(50ms);
+    }
+    if (!record) {
+        kill_and_reap(server);
+        ::close(input);
+        FAIL() << "the MCP server's sandbox never became live naming an owner";
+    }
+    EXPECT_EQ(runtime::recorded_owner(*record)->pid, server);
+    // Control: while the server lives, gc leaves its sandbox alone.
+    Registry registry(state.path());
+    const auto report = runtime::reconcile(registry);
+    EXPECT_EQ(report.reclaimed, 0) << fmt::format("{}", fmt::join(report.errors, "; "));
+    EXPECT_TRUE(Registry::is_alive(*record));
+
+    kill_and_reap(server);
+    ::close(input);
+    EXPECT_TRUE(gone_within(state.path(), *record, 5s))
+        << "the sandbox outlived its SIGKILLed MCP server";
+}
+
+// The claim files of a private host id table (everything but its lock).
+std::size_t claims_in(const fs::path& table) {
+    std::size_t count = 0;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(table, ec)) {
+        count += entry.path().filename() != ".lock";
+    }
+    return count;
+}
+
+TEST(OneShotOwner, RepeatedlyKilledRunsGiveTheirHostIdSlotsBack) {
+    TempDir state("maf-sec-owner");
+    TempDir ids("maf-sec-ids");
+    // A private table and a pool of two slots no other sandbox of this host uses: leaked claims
+    // would exhaust it by the third kill.
+    const std::vector<std::pair<std::string, std::string>> env = {
+        {"MAF_SANDBOX_ID_CLAIMS", (ids.path() / "ids").string()},
+        {"MAF_SANDBOX_ID_POOL", "0x5f000000:140000"}};
+    for (int round = 0; round < 4; ++round) {
+        SCOPED_TRACE(fmt::format("round {}", round));
+        const pid_t front_end = start_run(full_cli(), state.path(), env);
+        const auto record = wait_for_run(state.path(), 60s);
+        if (!record) {
+            kill_and_reap(front_end);
+            FAIL() << "the run's sandbox never became live (a leaked claim fills the pool)";
+        }
+        // Control: the live sandbox holds its claim.
+        EXPECT_EQ(claims_in(ids.path() / "ids"), 1u);
+        kill_and_reap(front_end);
+        ASSERT_TRUE(gone_within(state.path(), *record, 5s));
+        const auto deadline = std::chrono::steady_clock::now() + 5s;
+        while (claims_in(ids.path() / "ids") != 0 && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(50ms);
+        }
+        EXPECT_EQ(claims_in(ids.path() / "ids"), 0u)
+            << "the owner watch left the SIGKILLed run's host id claim behind";
+    }
 }
 #endif
 

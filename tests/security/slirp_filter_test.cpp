@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "maf_sandbox/runtime/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/isolation.hpp"
 
 namespace maf_sandbox::security {
 namespace {

@@ -18,8 +18,8 @@
 #include <cstring>
 
 #include "../runtimefs/tar_builder.hpp"
-#include "maf_sandbox/runtime/images.hpp"
-#include "maf_sandbox/runtime/registry.hpp"
+#include "maf_sandbox/runtime/host/images.hpp"
+#include "maf_sandbox/runtime/wire/registry.hpp"
 #include "security_fixture.hpp"
 
 namespace maf_sandbox::security {

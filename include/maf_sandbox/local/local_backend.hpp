@@ -59,6 +59,10 @@ struct LocalBackendConfig {
     std::optional<runtime::IdPool> id_pool;
     std::filesystem::path id_claims_dir;
     std::optional<runtime::HostBudgets> budgets;
+    // Every sandbox this backend creates names this process as its owner (runtime/owner.hpp), as
+    // a call's sandbox does: a long-lived front end (the MCP server) killed by any signal takes
+    // its sandboxes with it, and gc reclaims them should their owner watch be gone too.
+    bool owned_by_this_process = false;
 };
 
 // What `ls` shows about one sandbox.

@@ -121,6 +121,28 @@ std::string read_owner(const fs::path& path) {
     return text;
 }
 
+// Removes, from the table and from `claims`, every claim whose lock nobody holds, once
+// `empty_sandbox` has ended what still runs of that sandbox (its egress helpers may still be
+// ending, under ids of the range); a claim it throws for stays. Call under the table lock. True
+// when one was removed.
+bool reclaim_unheld(const fs::path& dir, std::vector<Found>& claims,
+                    const std::function<void(const std::string&)>& empty_sandbox) {
+    const auto before = claims.size();
+    std::erase_if(claims, [&](const Found& claim) {
+        const auto path = dir / claim.file;
+        if (held(path)) {
+            return false;
+        }
+        try {
+            empty_sandbox(read_owner(path));
+        } catch (const std::exception&) {
+            return false;
+        }
+        return ::unlink(path.c_str()) == 0 || errno == ENOENT;
+    });
+    return claims.size() != before;
+}
+
 std::uint64_t charge(std::uint64_t pids, std::uint64_t budget) {
     return pids == 0 ? budget : pids;
 }
@@ -216,22 +238,30 @@ IdClaim IdClaims::claim(const IdPool& pool, const IdClaimRequest& request) const
     // The lowest slot no claim overlaps; claims are sorted by their first id.
     std::optional<IdMapping> chosen;
     const std::size_t slots = pool.slot_count(guest_count);
-    std::size_t next_claim = 0;
-    for (std::size_t index = 0; index < slots && !chosen; ++index) {
-        const auto candidate = pool.slot(index, guest_count);
-        const std::uint64_t first = candidate->host_base;
-        while (next_claim < claims.size() && claims[next_claim].name.range.end() <= first) {
-            ++next_claim;
+    const auto choose = [&] {
+        std::size_t next_claim = 0;
+        for (std::size_t index = 0; index < slots && !chosen; ++index) {
+            const auto candidate = pool.slot(index, guest_count);
+            const std::uint64_t first = candidate->host_base;
+            while (next_claim < claims.size() && claims[next_claim].name.range.end() <= first) {
+                ++next_claim;
+            }
+            // Claims from another pool setting may sit anywhere: any overlap disqualifies the slot.
+            const bool overlaps = std::any_of(
+                claims.begin() + static_cast<std::ptrdiff_t>(next_claim), claims.end(),
+                [&](const Found& claim) {
+                    return claim.name.range.first < first + span && claim.name.range.end() > first;
+                });
+            if (!overlaps) {
+                chosen = candidate;
+            }
         }
-        // Claims from another pool setting may sit anywhere: any overlap disqualifies the slot.
-        const bool overlaps = std::any_of(claims.begin() + static_cast<std::ptrdiff_t>(next_claim),
-                                          claims.end(), [&](const Found& claim) {
-                                              return claim.name.range.first < first + span &&
-                                                     claim.name.range.end() > first;
-                                          });
-        if (!overlaps) {
-            chosen = candidate;
-        }
+    };
+    choose();
+    if (!chosen && request.empty_sandbox && reclaim_unheld(dir_, claims, request.empty_sandbox)) {
+        // Sandboxes killed without a gc leave claims nobody holds: their slots are free again,
+        // decided under the table lock so no claim being made is mistaken for one of them.
+        choose();
     }
     if (!chosen) {
         throw SandboxCapacityExceeded(fmt::format(

@@ -28,6 +28,7 @@
 #include "maf_sandbox/runtime/host/id_claims.hpp"
 #include "maf_sandbox/runtime/host/recorded_handle.hpp"
 #include "maf_sandbox/runtime/wire/supervisor_config.hpp"
+#include "maf_sandbox/runtime/wire/record_cgroups.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -332,9 +333,10 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     const IdClaims claims(launch.id_claims_dir.empty() ? default_id_claims_dir()
                                                        : launch.id_claims_dir);
     // Released (after the rollback below has ended everything) unless the launch succeeds.
-    IdClaim claim = claims.claim(launch.id_pool ? *launch.id_pool : IdPool::from_environment(),
-                                 IdClaimRequest{launch.id, kFullGuestIdCount, launch.limits.pids,
-                                                pid_budget(host_budgets, pid_max)});
+    IdClaim claim =
+        claims.claim(launch.id_pool ? *launch.id_pool : IdPool::from_environment(),
+                     IdClaimRequest{launch.id, kFullGuestIdCount, launch.limits.pids,
+                                    pid_budget(host_budgets, pid_max), destroy_cgroups_named_for});
     const IdMapping ids = claim.ids();
     SandboxHandle handle;
     handle.sandbox_id = launch.id;

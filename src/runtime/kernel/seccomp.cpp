@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <termios.h>
@@ -90,6 +91,21 @@ constexpr const char* kDenied[] = {
 constexpr const char* kNativeAio[] = {"io_setup",  "io_destroy",   "io_submit",
                                       "io_cancel", "io_getevents", "io_pgetevents"};
 
+// Huge pages come from one host-wide pool (vm.nr_hugepages) that the memory cgroup does not
+// charge, and hosts rarely mount a hugetlb controller: a guest mapping huge pages in a loop took
+// the whole pool from the host and every other sandbox. Refused with EINVAL, which is what the
+// kernel answers when no huge pages are configured, so programs take their fallback path.
+struct FlagArgument {
+    const char* syscall;
+    unsigned argument;
+    scmp_datum_t flag;
+};
+constexpr FlagArgument kHugePageRequests[] = {
+    {"mmap", 3, MAP_HUGETLB},
+    {"shmget", 2, SHM_HUGETLB},
+    {"memfd_create", 1, MFD_HUGETLB},
+};
+
 // Socket families that network namespaces do not confine. AF_VSOCK reaches the hypervisor side
 // of a VM host (CID 2) from any namespace, which would bypass closed egress; Bluetooth and the
 // Qualcomm IPC router are global too and have no use in a sandbox.
@@ -168,6 +184,16 @@ std::vector<sock_filter> compile() {
         if (nr != __NR_SCMP_ERROR) {
             check(::seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0), name);
         }
+    }
+    for (const auto& request : kHugePageRequests) {
+        const int nr = ::seccomp_syscall_resolve_name(request.syscall);
+        if (nr == __NR_SCMP_ERROR) {
+            continue;
+        }
+        const scmp_arg_cmp flag_set{request.argument, SCMP_CMP_MASKED_EQ, request.flag,
+                                    request.flag};
+        check(::seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EINVAL), nr, 1, &flag_set),
+              request.syscall);
     }
     // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc fall back to clone.
     check(::seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0), "clone3");

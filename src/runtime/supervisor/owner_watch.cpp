@@ -54,6 +54,8 @@ fs::path state_dir_of(const SupervisorConfig& config) {
                 record = std::move(*stored);
             }
             remove_recorded_cgroups(record);
+            // Nothing of the sandbox runs any more: its host ids are free for the next one.
+            release_recorded_ids(record);
             registry.remove(config.id);
             std::_Exit(0);
         } catch (const std::exception&) {

@@ -48,6 +48,9 @@ std::vector<fs::path> cgroups_named(const std::string& name) {
 // their name, maf-sbx-<id>, which no other sandbox can have (the id is 128 random bits), and
 // everything in them is killed before they are removed.
 void destroy_cgroups_named_for(const std::string& id) {
+    if (!Registry::is_id(id)) {
+        return;  // a name built from it could reach outside the sandbox's own cgroups
+    }
     if (auto named = cgroups_named(fmt::format("maf-sbx-{}", id)); !named.empty()) {
         SandboxCgroup::attach(detect_cgroup_layout(), std::move(named))->destroy();
     }

@@ -40,6 +40,10 @@ struct IdClaimRequest {
     // is charged as the whole budget.
     std::uint64_t pids = 0;
     std::uint64_t pid_budget = 0;  // 0: no admission check
+    // When every slot is taken, claims nobody holds (sandboxes killed with nobody left to release
+    // their claims) are taken back under the table lock, each after empty_sandbox(its sandbox id)
+    // has ended whatever of that sandbox still runs (a throw keeps the claim). Empty: none is.
+    std::function<void(const std::string&)> empty_sandbox;
 };
 
 // One sandbox's claim. Released (its file removed) on destruction unless committed; committed,
