@@ -58,7 +58,7 @@ runtime::SandboxHandle handle_of(const json::object& handle) {
 class RuntimeEngine final : public SandboxEngine {
   public:
     explicit RuntimeEngine(std::filesystem::path dir) : dir_(std::move(dir)), images_(dir_) {
-        (void)runtime::open_trusted_state_dir(dir_ / "sandboxes", 0711, kEmulatorStateAdvice);
+        (void)runtime::open_trusted_state_dir(dir_ / "sandboxes", 0700, kEmulatorStateAdvice);
     }
 
     Isolation isolation() const override { return Isolation::container; }

@@ -211,7 +211,7 @@ StateStore::StateStore(std::filesystem::path state_dir)
     // The records name processes, cgroups and directories the emulator acts on as root: a state
     // directory another user controls is refused, and the file is read through the checked
     // descriptor, never through a link.
-    (void)runtime::open_trusted_state_dir(state_dir, 0711, kEmulatorStateAdvice);
+    (void)runtime::open_trusted_state_dir(state_dir, 0700, kEmulatorStateAdvice);
     const auto dir =
         runtime::open_trusted_state_dir(file_.parent_path(), 0700, kEmulatorStateAdvice);
     // The state directory's secret that tags the file plane's staged siblings, so a later run

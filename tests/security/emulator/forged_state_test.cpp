@@ -92,7 +92,7 @@ TEST(EmulatorStateTrust, StateDirOfAnEarlierVersionStillLoads) {
     const auto answer = sdk.call("GET", std::string("/sandboxes/") + kSandboxId);
     EXPECT_EQ(answer.status, 200) << answer.body;
     EXPECT_NE(answer.body.find("Failed"), std::string::npos) << answer.body;
-    EXPECT_EQ(mode_of(state), 0711u);
+    EXPECT_EQ(mode_of(state), 0700u);
     EXPECT_EQ(mode_of(state / "emulator"), 0700u);
     EXPECT_EQ(mode_of(state / "tls"), 0700u);
 }
