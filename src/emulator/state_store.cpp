@@ -1,3 +1,6 @@
+// The emulator's persistent state, one concern: the records (sandboxes, labels, policies, disk
+// images) in one JSON document under <state-dir>/emulator/state.json, loaded through the trusted
+// state directory and rewritten crash-safely (strictly or eventually) on every change.
 #include "state_store.hpp"
 
 #include <fcntl.h>
