@@ -1,5 +1,5 @@
-// The exec wire's JSON (runtime/wire/exec_protocol.hpp) on arbitrary bytes: the request a supervisor
-// reads (exec_call_from_json) and the result a host reads (apply_result_json).
+// The exec wire's JSON (runtime/wire/exec_protocol.hpp) on arbitrary bytes: the request a
+// supervisor reads (exec_call_from_json) and the result a host reads (apply_result_json).
 //
 // Properties, beyond not crashing: a malformed document is refused with a std::exception (the
 // supervisor's handler and the host's reader catch exactly that), never undefined behaviour; an

@@ -1,5 +1,5 @@
-// The host id pool and the /etc/subuid, /etc/subgid parser (runtime/host/id_ranges.hpp) on arbitrary
-// bytes: the input is split into a pool text, a subuid text and a subgid text.
+// The host id pool and the /etc/subuid, /etc/subgid parser (runtime/host/id_ranges.hpp) on
+// arbitrary bytes: the input is split into a pool text, a subuid text and a subgid text.
 //
 // Properties, beyond not crashing:
 // - parse_subordinate_ids never throws, and every entry it returns has a non-empty owner and a

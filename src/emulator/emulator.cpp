@@ -21,8 +21,8 @@
 #include "router.hpp"
 #include "routing.hpp"
 #include "sandbox_service.hpp"
-#include "wire_format.hpp"
 #include "state_store.hpp"
+#include "wire_format.hpp"
 
 namespace maf_sandbox::emulator {
 using net::HttpRequest;

@@ -10,9 +10,9 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/types.hpp"
 #include "maf_sandbox/runtime/host/images.hpp"
+#include "maf_sandbox/runtime/host/recorded_handle.hpp"
 #include "maf_sandbox/runtime/host/sandbox_process.hpp"
 #include "maf_sandbox/runtime/kernel/cgroup.hpp"
-#include "maf_sandbox/runtime/host/recorded_handle.hpp"
 #include "maf_sandbox/runtime/kernel/state_dir.hpp"
 #include "state_store.hpp"
 

@@ -11,8 +11,8 @@
 #include "../kernel/fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/host/id_claims.hpp"
-#include "maf_sandbox/runtime/kernel/cgroup.hpp"
 #include "maf_sandbox/runtime/host/recorded_handle.hpp"
+#include "maf_sandbox/runtime/kernel/cgroup.hpp"
 #include "maf_sandbox/runtime/wire/owner.hpp"
 
 namespace maf_sandbox::runtime {

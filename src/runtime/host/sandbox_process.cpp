@@ -27,8 +27,8 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/host/id_claims.hpp"
 #include "maf_sandbox/runtime/host/recorded_handle.hpp"
-#include "maf_sandbox/runtime/wire/supervisor_config.hpp"
 #include "maf_sandbox/runtime/wire/record_cgroups.hpp"
+#include "maf_sandbox/runtime/wire/supervisor_config.hpp"
 
 namespace maf_sandbox::runtime {
 

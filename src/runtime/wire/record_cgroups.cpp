@@ -20,7 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 // Every cgroup directory called `name` under /sys/fs/cgroup (v1 hierarchies and v2 alike; a few
 // hundred directories on a typical host), links skipped so no directory is found twice.
 std::vector<fs::path> cgroups_named(const std::string& name) {

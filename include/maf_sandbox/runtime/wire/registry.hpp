@@ -28,7 +28,6 @@ inline constexpr const char* kStateDirEnv = "MAF_SANDBOX_STATE_DIR";
 // MAF_SANDBOX_STATE_DIR when set and non-empty, else kDefaultStateDir.
 std::filesystem::path default_state_dir();
 
-
 enum class SandboxState { creating, running, stopping };
 std::string_view to_string(SandboxState state);
 SandboxState parse_sandbox_state(std::string_view text);  // InvalidArgument on anything else
