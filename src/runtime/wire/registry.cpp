@@ -189,9 +189,6 @@ fs::path default_state_dir() {
     return fs::path(kDefaultStateDir);
 }
 
-detail::make_state_dir(path, 0700);
-}
-
 std::string_view to_string(SandboxState state) {
     for (const auto& entry : kStates) {
         if (entry.state == state) {
