@@ -1,4 +1,4 @@
-// The host id pool and the /etc/subuid, /etc/subgid parser (runtime/host/id_ranges.hpp) on
+// The host id pool and the /etc/subuid, /etc/subgid parser (runtime/wire/id_ranges.hpp) on
 // arbitrary bytes: the input is split into a pool text, a subuid text and a subgid text.
 //
 // Properties, beyond not crashing:
@@ -17,7 +17,7 @@
 
 #include "fuzz_check.hpp"
 #include "maf_sandbox/core/errors.hpp"
-#include "maf_sandbox/runtime/host/id_ranges.hpp"
+#include "maf_sandbox/runtime/wire/id_ranges.hpp"
 
 namespace maf_sandbox {
 namespace {

@@ -1,6 +1,6 @@
 // The host-wide claim table (id_claims.hpp) in a private directory: slots, release, admission and
 // the lock that tells a live claim from one whose sandbox is gone.
-#include "maf_sandbox/runtime/host/id_claims.hpp"
+#include "maf_sandbox/runtime/wire/id_claims.hpp"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

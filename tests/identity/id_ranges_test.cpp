@@ -1,5 +1,5 @@
 // The host id pool and the /etc/subuid, /etc/subgid parser (id_ranges.hpp).
-#include "maf_sandbox/runtime/host/id_ranges.hpp"
+#include "maf_sandbox/runtime/wire/id_ranges.hpp"
 
 #include <gtest/gtest.h>
 

@@ -29,8 +29,8 @@
 #include <fmt/ranges.h>
 
 #include "maf_sandbox/runtime/host/gc.hpp"
-#include "maf_sandbox/runtime/host/id_claims.hpp"
 #include "maf_sandbox/runtime/kernel/host_budgets.hpp"
+#include "maf_sandbox/runtime/wire/id_claims.hpp"
 #include "security_fixture.hpp"
 
 #ifndef MAF_SECURITY_BUDGET_PROBE

@@ -15,8 +15,8 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/local/warm_lookup.hpp"
 #include "maf_sandbox/runtime/host/gc.hpp"
-#include "maf_sandbox/runtime/host/id_claims.hpp"
 #include "maf_sandbox/runtime/host/recorded_handle.hpp"
+#include "maf_sandbox/runtime/wire/id_claims.hpp"
 #include "maf_sandbox/runtime/wire/registry.hpp"
 #include "security_fixture.hpp"
 

@@ -20,8 +20,8 @@
 #include "maf_sandbox/core/sandbox.hpp"
 #include "maf_sandbox/core/types.hpp"
 #include "maf_sandbox/runtime/egress/egress.hpp"
-#include "maf_sandbox/runtime/host/id_ranges.hpp"
 #include "maf_sandbox/runtime/kernel/host_budgets.hpp"
+#include "maf_sandbox/runtime/wire/id_ranges.hpp"
 
 namespace maf_sandbox::local {
 

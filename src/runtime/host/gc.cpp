@@ -10,9 +10,9 @@
 
 #include "../kernel/fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
-#include "maf_sandbox/runtime/host/id_claims.hpp"
 #include "maf_sandbox/runtime/host/recorded_handle.hpp"
 #include "maf_sandbox/runtime/kernel/cgroup.hpp"
+#include "maf_sandbox/runtime/wire/id_claims.hpp"
 #include "maf_sandbox/runtime/wire/owner.hpp"
 
 namespace maf_sandbox::runtime {
@@ -31,16 +31,6 @@ bool older_than(const fs::path& path, std::chrono::seconds age) {
 }
 
 }  // namespace
-
-void release_recorded_ids(const SandboxRecord& record) {
-    // The table a record names is not made if missing: a record must not make root create a
-    // directory wherever it says (and there is nothing to release in a table that is not there).
-    std::error_code ec;
-    if (record.host_ids && !record.host_ids->claims_dir.empty() &&
-        fs::is_directory(record.host_ids->claims_dir, ec)) {
-        IdClaims(record.host_ids->claims_dir).release(record.host_ids->base, record.id);
-    }
-}
 
 GcReport reconcile(Registry& registry, const GcOptions& options) {
     GcReport report;

@@ -25,8 +25,8 @@
 
 #include "../kernel/fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
-#include "maf_sandbox/runtime/host/id_claims.hpp"
 #include "maf_sandbox/runtime/host/recorded_handle.hpp"
+#include "maf_sandbox/runtime/wire/id_claims.hpp"
 #include "maf_sandbox/runtime/wire/record_cgroups.hpp"
 #include "maf_sandbox/runtime/wire/supervisor_config.hpp"
 
@@ -34,7 +34,7 @@ namespace maf_sandbox::runtime {
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 boost::json::object SandboxHandle::runtime_json() const {
     json::array cgroup_paths;
@@ -119,7 +119,8 @@ struct Report {
 };
 
 // `on_pid` runs when the "pid" line arrives, before "ready" is awaited.
-Report read_report(int fd, Clock::time_point deadline, const std::function<void(pid_t)>& on_pid) {
+Report read_report(int fd, SteadyClock::time_point deadline,
+                   const std::function<void(pid_t)>& on_pid) {
     Report report;
     std::string buffer;
     for (;;) {
@@ -139,7 +140,8 @@ Report read_report(int fd, Clock::time_point deadline, const std::function<void(
             }
         }
         const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now())
+                .count();
         if (left <= 0) {
             report.error = "the supervisor did not become ready in time";
             return report;
@@ -486,7 +488,7 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
         }
     };
     const Report report =
-        read_report(ready_read.get(), Clock::now() + launch.ready_timeout, started);
+        read_report(ready_read.get(), SteadyClock::now() + launch.ready_timeout, started);
     if (!report.ready || report.pid <= 0) {
         // The supervisor names the errors that are the caller's to act on (egress, bad input).
         constexpr std::string_view kEgressRefusal = "SandboxEgressNotEnforced: ";

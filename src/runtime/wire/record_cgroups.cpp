@@ -1,5 +1,6 @@
-// Removing the cgroups a sandbox record names: the host's gc and the supervisor's owner watch
-// (which disposes of a sandbox whose owner ended) both do it, from the same record.
+// Removing what a sandbox record names (its cgroups, its host id claim): the host's gc and the
+// supervisor's owner watch (which disposes of a sandbox whose owner ended) both do it, from the
+// same record.
 #include "maf_sandbox/runtime/wire/record_cgroups.hpp"
 
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/kernel/cgroup.hpp"
 #include "maf_sandbox/runtime/kernel/sandbox_cgroup_names.hpp"
+#include "maf_sandbox/runtime/wire/id_claims.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -90,6 +92,16 @@ void remove_recorded_cgroups(const SandboxRecord& record) {
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
+    }
+}
+
+void release_recorded_ids(const SandboxRecord& record) {
+    // The table a record names is not made if missing: a record must not make root create a
+    // directory wherever it says (and there is nothing to release in a table that is not there).
+    std::error_code ec;
+    if (record.host_ids && !record.host_ids->claims_dir.empty() &&
+        fs::is_directory(record.host_ids->claims_dir, ec)) {
+        IdClaims(record.host_ids->claims_dir).release(record.host_ids->base, record.id);
     }
 }
 

@@ -17,10 +17,6 @@ namespace maf_sandbox::runtime {
 // Throws to report a failure; the record is then kept for the next run.
 using CleanupHook = std::function<void(const SandboxRecord&)>;
 
-// Releases the record's host id claim (id_claims.hpp), if it has one: call once nothing of the
-// sandbox runs any more. Throws SystemError.
-void release_recorded_ids(const SandboxRecord& record);
-
 struct GcOptions {
     // Runs before the directory and the record are removed; defaults to remove_recorded_cgroups.
     CleanupHook cleanup;

@@ -19,12 +19,12 @@
 
 #include "maf_sandbox/core/vocabulary.hpp"
 #include "maf_sandbox/runtime/egress/egress.hpp"
-#include "maf_sandbox/runtime/host/id_ranges.hpp"
 #include "maf_sandbox/runtime/kernel/cgroup.hpp"
 #include "maf_sandbox/runtime/kernel/host_budgets.hpp"
 #include "maf_sandbox/runtime/kernel/isolation.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 #include "maf_sandbox/runtime/wire/exec_protocol.hpp"
+#include "maf_sandbox/runtime/wire/id_ranges.hpp"
 #include "maf_sandbox/runtime/wire/owner.hpp"
 #include "maf_sandbox/runtime/wire/sandbox_files.hpp"
 

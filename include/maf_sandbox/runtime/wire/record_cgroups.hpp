@@ -18,4 +18,8 @@ void remove_recorded_cgroups(const SandboxRecord& record);
 // recorded its cgroups leaves them named only).
 void destroy_cgroups_named_for(const std::string& id);
 
+// Releases the record's host id claim (id_claims.hpp), if it has one: call once nothing of the
+// sandbox runs any more (gc, and the supervisor's owner watch). Throws SystemError.
+void release_recorded_ids(const SandboxRecord& record);
+
 }  // namespace maf_sandbox::runtime

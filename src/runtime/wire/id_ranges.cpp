@@ -1,7 +1,7 @@
 // The pool of host ids and the subordinate-id files a rootless pool would come from. Pure
 // computation: nothing here touches the system, so every function is unit-tested and fuzzed
 // (fuzz/id_ranges_fuzz.cpp).
-#include "maf_sandbox/runtime/host/id_ranges.hpp"
+#include "maf_sandbox/runtime/wire/id_ranges.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "maf_sandbox/core/capacity_error.hpp"
-#include "maf_sandbox/runtime/host/id_ranges.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
+#include "maf_sandbox/runtime/wire/id_ranges.hpp"
 
 namespace maf_sandbox::runtime {
 

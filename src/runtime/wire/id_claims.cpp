@@ -2,7 +2,7 @@
 // r<first>-<span>-p<pids> (its range and the pids it was admitted with), so a claim and the
 // admission are decided from one directory listing; it holds the sandbox id, so a release never
 // removes another sandbox's claim.
-#include "maf_sandbox/runtime/host/id_claims.hpp"
+#include "maf_sandbox/runtime/wire/id_claims.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
