@@ -95,7 +95,8 @@ TEST(StateDirTrust, RootOwnedPrivateStateDirWorksAndEarlierLayoutStillLoads) {
     const auto record = registry.get(kForgedId);
     ASSERT_TRUE(record.has_value());
     EXPECT_EQ(record->labels.at("scope"), "forged");
-    EXPECT_EQ(mode_of(state), 0711u) << "a looser mode of our own directory is tightened";
+    EXPECT_EQ(mode_of(state), 0700u) << "a looser mode of our own directory is tightened";
+    EXPECT_EQ(mode_of(state / "sandboxes"), 0700u);
     // A new private directory works too, and a sticky /tmp on the way is no objection.
     TempDir fresh("maf-sec-state");
     EXPECT_NO_THROW(Registry{fresh.path()});
