@@ -42,9 +42,13 @@ std::map<std::string, std::uint64_t> read_kib_fields(const fs::path& file) {
     return out;
 }
 
+// A /proc file whose process may exit mid-read: streaming the buffer (unlike an
+// istreambuf_iterator) turns that read error into a short result instead of an exception.
 std::string read_text(const fs::path& file) {
     std::ifstream in(file);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
 }
 
 bool all_digits(const std::string& name) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "host_shell_sandbox.hpp"
@@ -19,8 +20,11 @@ using testing::HostShellSandbox;
 
 // Alive means running: a killed process that nobody has reaped yet is a zombie, and dead.
 bool alive(pid_t pid) {
+    // Streamed, not iterated: a process exiting mid-read gives a short text, not an exception.
     std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    std::ostringstream read;
+    read << stat.rdbuf();
+    const auto text = read.str();
     const auto close = text.rfind(") ");
     return close != std::string::npos && text.size() > close + 2 && text[close + 2] != 'Z';
 }

@@ -6,9 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +25,7 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
+#include "maf_sandbox/runtime/kernel/kernel_files.hpp"
 #include "sandbox_fixture.hpp"
 
 namespace maf_sandbox::local {
@@ -56,10 +55,8 @@ int processes_running(const std::vector<std::string>& argv) {
     int count = 0;
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-        std::ifstream in(entry.path() / "cmdline", std::ios::binary);
-        const std::string cmdline((std::istreambuf_iterator<char>(in)),
-                                  std::istreambuf_iterator<char>());
-        count += cmdline == expected ? 1 : 0;
+        // Any process on the machine may exit between the listing and the read.
+        count += runtime::read_kernel_file(entry.path() / "cmdline") == expected ? 1 : 0;
     }
     return count;
 }

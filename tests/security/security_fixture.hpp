@@ -40,9 +40,13 @@ inline constexpr Seconds kExecTimeout{30.0};
 
 using TempDir = ::maf_sandbox::testing::TempDir;
 
+// Streamed, not iterated: a /proc file whose process exits mid-read gives a short text, not an
+// exception.
 inline std::string slurp(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
 }
 
 inline void spit(const fs::path& path, const std::string& content) {

@@ -26,6 +26,7 @@
 #include "../kernel/fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/host/recorded_handle.hpp"
+#include "maf_sandbox/runtime/kernel/kernel_files.hpp"
 #include "maf_sandbox/runtime/wire/id_claims.hpp"
 #include "maf_sandbox/runtime/wire/record_cgroups.hpp"
 #include "maf_sandbox/runtime/wire/supervisor_config.hpp"
@@ -84,8 +85,7 @@ std::optional<std::uint64_t> live_process_start_time(pid_t pid) {
     if (pid <= 0) {
         return std::nullopt;
     }
-    std::ifstream in(fmt::format("/proc/{}/stat", pid));
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto text = read_kernel_file(fmt::format("/proc/{}/stat", pid)).value_or("");
     const auto close = text.rfind(')');
     if (close == std::string::npos) {
         return std::nullopt;

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/kernel/kernel_files.hpp"
 #include "maf_sandbox/runtime/kernel/sandbox_cgroup_names.hpp"
 
 namespace maf_sandbox::runtime {
@@ -131,22 +132,6 @@ std::vector<pid_t> parse_pids(std::string_view text) {
     return pids;
 }
 
-std::string read_fd_all(int fd) {
-    std::string text;
-    char buffer[4096];
-    for (;;) {
-        const ssize_t n = ::read(fd, buffer, sizeof buffer);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            break;
-        }
-        text.append(buffer, static_cast<std::size_t>(n));
-    }
-    return text;
-}
-
 }  // namespace
 
 std::vector<pid_t> read_procs(int dir_fd) {
@@ -154,7 +139,7 @@ std::vector<pid_t> read_procs(int dir_fd) {
     if (!fd) {
         return {};
     }
-    return parse_pids(read_fd_all(fd.get()));
+    return parse_pids(read_kernel_fd(fd.get()).value_or(""));
 }
 
 std::vector<pid_t> read_procs(const fs::path& dir) {
@@ -162,7 +147,7 @@ std::vector<pid_t> read_procs(const fs::path& dir) {
     if (!fd) {
         return {};
     }
-    return parse_pids(read_fd_all(fd.get()));
+    return parse_pids(read_kernel_fd(fd.get()).value_or(""));
 }
 
 void write_file(const fs::path& file, std::string_view value) {
@@ -179,14 +164,6 @@ void write_file(const fs::path& file, std::string_view value) {
         throw SystemError(errno, fmt::format("writing '{}' to {}", value, file.string()),
                           "run as root, or delegate a cgroup subtree to this user");
     }
-}
-
-std::optional<std::string> read_small_file(const fs::path& file) {
-    UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) {
-        return std::nullopt;
-    }
-    return read_fd_all(fd.get());
 }
 
 std::uint64_t parse_oom_kill_count(std::string_view text) noexcept {

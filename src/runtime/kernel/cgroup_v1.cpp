@@ -17,6 +17,7 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/kernel/cgroup.hpp"
+#include "maf_sandbox/runtime/kernel/kernel_files.hpp"
 
 namespace maf_sandbox::runtime::cgroup_detail {
 
@@ -180,7 +181,7 @@ class CgroupV1 final : public SandboxCgroup {
         // FREEZING turns into FROZEN once every task has stopped; a task in uninterruptible
         // sleep can delay that, so the write is repeated while waiting.
         for (int round = 0; round < 500; ++round) {
-            const auto state = read_small_file(*freezer / "freezer.state").value_or("");
+            const auto state = read_kernel_file(*freezer / "freezer.state").value_or("");
             if (state.starts_with(target)) {
                 return;
             }
@@ -299,7 +300,7 @@ std::unique_ptr<SandboxCgroup> create_v1(std::string_view name, const CgroupLimi
                     static_cast<std::uint64_t>(std::llround(limits.cpus * kCfsPeriodUs));
                 // (perf) A new cgroup starts at the default period, and each write re-applies
                 // the bandwidth across the task-group tree: write the period only if it differs.
-                const auto period = read_small_file(dir / "cpu.cfs_period_us");
+                const auto period = read_kernel_file(dir / "cpu.cfs_period_us");
                 if (!period || std::strtoull(period->c_str(), nullptr, 10) != kCfsPeriodUs) {
                     write_file(dir / "cpu.cfs_period_us", std::to_string(kCfsPeriodUs));
                 }

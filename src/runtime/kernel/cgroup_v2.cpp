@@ -12,6 +12,7 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/kernel/cgroup.hpp"
+#include "maf_sandbox/runtime/kernel/kernel_files.hpp"
 
 namespace maf_sandbox::runtime::cgroup_detail {
 
@@ -32,7 +33,7 @@ void post_order(const fs::path& dir, std::vector<fs::path>& out) {
 }
 
 bool populated(const fs::path& dir) {
-    const auto events = read_small_file(dir / "cgroup.events");
+    const auto events = read_kernel_file(dir / "cgroup.events");
     return events && events->find("populated 1") != std::string::npos;
 }
 
@@ -86,7 +87,7 @@ class CgroupV2 final : public SandboxCgroup {
         write_file(dir_ / "cgroup.freeze", frozen ? "1" : "0");
         const std::string want = frozen ? "frozen 1" : "frozen 0";
         for (int round = 0; round < 500; ++round) {
-            const auto events = read_small_file(dir_ / "cgroup.events").value_or("");
+            const auto events = read_kernel_file(dir_ / "cgroup.events").value_or("");
             if (events.find(want) != std::string::npos) {
                 return;
             }
@@ -107,7 +108,7 @@ class CgroupV2 final : public SandboxCgroup {
 std::unique_ptr<SandboxCgroup> create_v2(std::string_view name, const CgroupLimits& limits,
                                          uid_t uid, gid_t gid) {
     const fs::path parent = fs::path(kCgroupRoot) / fs::path(own_cgroup("")).relative_path();
-    const auto available = read_small_file(parent / "cgroup.controllers").value_or("");
+    const auto available = read_kernel_file(parent / "cgroup.controllers").value_or("");
     std::string enable;
     for (const auto& [controller, wanted] :
          {std::pair<std::string, bool>{"memory", limits.memory_bytes > 0},

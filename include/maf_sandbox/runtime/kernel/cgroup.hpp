@@ -164,7 +164,6 @@ std::vector<pid_t> read_procs(int dir_fd);
 std::vector<pid_t> read_procs(const std::filesystem::path& dir);
 // Writes a whole string to a file under `dir`. Throws SystemError naming the file.
 void write_file(const std::filesystem::path& file, std::string_view value);
-std::optional<std::string> read_small_file(const std::filesystem::path& file);
 
 // The N of the line "oom_kill N" in the text of an oom_kill_count_file(); 0 without that line.
 std::uint64_t parse_oom_kill_count(std::string_view text) noexcept;
