@@ -1,8 +1,15 @@
-// Creating a sandbox, running a command in it, and destroying it without leftovers.
+// Creating a sandbox, running a command in it, and destroying it without leftovers, also when its
+// PID 1 died half-way through its own teardown of an exec.
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <thread>
+
+#include "maf_sandbox/runtime/kernel/kernel_files.hpp"
 
 #include "sandbox_fixture.hpp"
 
@@ -31,6 +38,61 @@ TEST(SandboxLifecycle, CreateExecTrueAndDestroyLeavesNothing) {
         EXPECT_FALSE(std::filesystem::exists(cgroup)) << cgroup;
     }
     EXPECT_FALSE(std::filesystem::exists(handle.sandbox_dir));
+}
+
+// The exec child cgroup of the freezer hierarchy that holds a process, once one does.
+std::optional<std::filesystem::path> busy_exec_freezer_child(const SandboxHandle& handle) {
+    namespace fs = std::filesystem;
+    for (const auto& top : handle.cgroups) {
+        if (!fs::exists(top / "freezer.state")) {
+            continue;
+        }
+        for (int attempt = 0; attempt < 3000; ++attempt) {
+            std::error_code ec;
+            for (const auto& entry : fs::directory_iterator(top, ec)) {
+                if (entry.is_directory() && entry.path().filename().string().starts_with("exec-") &&
+                    !read_kernel_file(entry.path() / "cgroup.procs").value_or("").empty()) {
+                    return entry.path();
+                }
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+    }
+    return std::nullopt;
+}
+
+// The supervisor freezes an exec's own freezer cgroup to kill its tree, then thaws it. If PID 1
+// dies between the two writes, the child stays self-frozen and a SIGKILL sent into it never lands:
+// the host's teardown must still reclaim everything.
+TEST(SandboxLifecycle, AnExecCgroupLeftFrozenByADeadPid1IsStillReclaimed) {
+    StateDir state;
+    auto launch = host_launch(state.path(), unique_id());
+    SandboxHandle handle;
+    {
+        ScopedSandbox sandbox(launch);
+        handle = sandbox.handle();
+        if (handle.cgroup_layout != CgroupLayout::v1) {
+            GTEST_SKIP() << "only the v1 freezer keeps a child frozen under a thawed parent";
+        }
+        std::thread exec([&] {
+            try {
+                sandbox.sh("sleep 60", std::chrono::seconds(90));
+            } catch (const std::exception&) {
+                // PID 1 is killed under it: the exec fails, which is expected.
+            }
+        });
+        const auto child = busy_exec_freezer_child(handle);
+        ASSERT_TRUE(child.has_value()) << "the exec's sleep never appeared in a freezer child";
+        std::ofstream(*child / "freezer.state") << "FROZEN";
+        ASSERT_EQ(::kill(handle.pid, SIGKILL), 0);
+        // The frozen exec handler holds the exec's connection open until the teardown thaws it.
+        EXPECT_NO_THROW(destroy_sandbox(handle));  // throws if anything survived SIGKILL
+        exec.join();
+        EXPECT_FALSE(sandbox_alive(handle));
+        for (const auto& cgroup : handle.cgroups) {
+            EXPECT_FALSE(std::filesystem::exists(cgroup)) << cgroup;
+        }
+    }
 }
 
 }  // namespace

@@ -130,7 +130,7 @@ class CgroupV1 final : public SandboxCgroup {
             }
             const bool any = signal_all();
             if (freezer) {
-                try_write(*freezer / "freezer.state", "THAWED");
+                thaw_tree(*freezer);
             }
             if (!any) {
                 return;
@@ -221,6 +221,21 @@ class CgroupV1 final : public SandboxCgroup {
             write_file(file, value);
         } catch (const SystemError&) {
             // A freezer that cannot freeze still lets SIGKILL rounds finish the job.
+        }
+    }
+
+    // Thaws `top` and every cgroup beneath it, children first. An exec's own freezer child is
+    // frozen for its kill by the supervisor; if that process dies between its FROZEN and THAWED
+    // writes, the child stays self-frozen whatever its parent's state, and a SIGKILL sent into it
+    // never lands. So the sandbox-wide teardown never trusts a child to be thawed.
+    static void thaw_tree(const fs::path& top) {
+        std::vector<fs::path> dirs;
+        post_order(top, dirs);
+        for (const auto& dir : dirs) {
+            std::error_code ec;
+            if (fs::exists(dir / "freezer.state", ec)) {
+                try_write(dir / "freezer.state", "THAWED");
+            }
         }
     }
 
