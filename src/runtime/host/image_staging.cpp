@@ -18,6 +18,8 @@ namespace maf_sandbox::runtime::image_staging {
 namespace {
 
 constexpr const char* kLockName = ".lock";
+// Leftovers one sweep holds at once (a descriptor each); the next sweep takes any beyond.
+constexpr std::size_t kClaimsPerSweep = 64;
 
 void lock(int fd, int operation, std::string_view what) {
     while (::flock(fd, operation) != 0) {
@@ -95,6 +97,9 @@ ImageSweepReport sweep(int images_fd) {
             const std::string_view view = name;
             if (!view.starts_with(kImportPrefix) && !view.starts_with(kRemovePrefix)) {
                 continue;
+            }
+            if (claimed.size() == kClaimsPerSweep) {
+                break;
             }
             try {
                 if (auto held = HeldDir::try_hold(images_fd, name)) {

@@ -42,9 +42,9 @@ void ImportBudget::entry(const std::string& path) {
     }
     if (const auto depth = depth_of(path); depth > limits_.max_depth) {
         throw ImageImportLimitExceeded(
-            fmt::format("image import refused at entry '{}': it is {} directories deep, over the "
-                        "cap of {} on an import's directory depth. Raise it with {} if the image "
-                        "really nests that deep",
+            fmt::format("image import refused at entry '{}': its path is {} components deep, "
+                        "over the cap of {} on an import's directory depth. Raise it with {} if "
+                        "the image really nests that deep",
                         path.substr(0, 200), depth, limits_.max_depth, limits_.max_depth_setting),
             "depth", limits_.max_depth, depth, limits_.max_depth_setting);
     }
