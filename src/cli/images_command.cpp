@@ -34,6 +34,7 @@ struct ImagesOptions {
     std::string name;
     std::string remove_ref;
     double timeout = 600.0;
+    runtime::ImportLimits limits;
     BackendOptions backend_options;
 };
 
@@ -136,7 +137,7 @@ void list_images(const ImagesOptions& options) {
 
 void import_image(const ImagesOptions& options) {
     runtime::ImageStore store(runtime::default_state_dir());
-    const auto info = store.import(options.archive, options.name);
+    const auto info = store.import(options.archive, options.name, options.limits);
     std::cout << fmt::format("imported {} ({}) from {}\n", info.ref.str(), info.source,
                              options.archive);
 }
@@ -196,6 +197,20 @@ void add_images_command(CLI::App& app, Context& context) {
     import_command
         ->add_option("--timeout", options->timeout, "Seconds to wait for Ready (acas, 600)")
         ->check(CLI::PositiveNumber);
+    import_command->add_option("--max-bytes", options->limits.max_bytes,
+                               "Refuse an import that writes more bytes than this into the store, "
+                               "staged layers included (local, default 16 GiB)");
+    import_command->add_option("--max-entries", options->limits.max_entries,
+                               "Refuse an archive with more entries than this (local, default "
+                               "1000000)");
+    import_command->add_option("--max-depth", options->limits.max_depth,
+                               "Refuse an entry nested deeper than this many path components "
+                               "(local, default 256)");
+    import_command
+        ->add_option("--min-free-percent", options->limits.min_free_percent,
+                     "Stop an import before the store's filesystem has less than this share of "
+                     "its bytes or inodes free (local, default 5)")
+        ->check(CLI::Range(0, 100));
     add_backend_options(*import_command, options->backend_options);
     import_command->callback([options] {
         require_known_backend(*options);

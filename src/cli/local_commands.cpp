@@ -440,9 +440,10 @@ void add_local_commands(CLI::App& app, Context& context) {
             runtime::Registry registry(runtime::default_state_dir());
             const auto report = runtime::reconcile(registry);
             std::cout << fmt::format(
-                "examined {}, alive {}, reclaimed {}, orphan dirs removed {}, failed {}\n",
+                "examined {}, alive {}, reclaimed {}, orphan dirs removed {}, image leftovers "
+                "removed {}, failed {}\n",
                 report.examined, report.alive, report.reclaimed, report.orphan_dirs_removed,
-                report.failed);
+                report.image_leftovers_removed, report.failed);
             for (const auto& error : report.errors) {
                 context.log->error("{}", error);
             }

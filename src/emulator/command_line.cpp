@@ -29,6 +29,8 @@ constexpr const char* kUsage = R"(usage:
                       [--allow-remote]
                       [--public-metrics]
                       [--alias NAME=IMAGE]... [--page-size N] [--deleting-ms N]
+                      [--image-max-bytes N] [--image-max-entries N] [--image-max-depth N]
+                      [--image-min-free-percent N]
                       [--fault-429-rate P] [--fault-retry-after-ms N] [--fault-403-first N]
                       [--fault-403-ms N] [--fault-5xx-rate P] [--fault-latency-ms N]
                       [--fault-create-delay-ms N] [--fault-drop-rate P] [--fault-seed N]
@@ -40,6 +42,10 @@ constexpr const char* kUsage = R"(usage:
 --state-dir must be owned by the emulator's user and writable by nobody else.
 --deleting-ms: how long a deleted sandbox stays listed as Deleting before GET answers 404
 (default 2000).
+--image-max-bytes, --image-max-entries, --image-max-depth: caps on what one disk-image import
+unpacks (defaults 17179869184 bytes, 1000000 entries, 256 path components); an import also stops
+before the state disk has less than --image-min-free-percent (default 5) of its bytes or inodes
+free. A refused import ends Failed.
 The first line on stdout is `listening on https://HOST:PORT`; logs go to stderr.
 Faults can also be read and replaced while serving: GET/PUT /admin/faults (JSON; the same
 bearer token as the data plane). GET /metrics needs that token too, unless --public-metrics.
@@ -182,6 +188,17 @@ int serve(Args args) {
                 usage_error("--deleting-ms must be at most a day (86400000)");
             }
             options.deleting_retention = std::chrono::milliseconds(ms);
+        } else if (flag == "--image-max-bytes") {
+            options.image_limits.max_bytes = parse_count(flag, args.value(flag));
+        } else if (flag == "--image-max-entries") {
+            options.image_limits.max_entries = parse_count(flag, args.value(flag));
+        } else if (flag == "--image-max-depth") {
+            options.image_limits.max_depth = parse_count(flag, args.value(flag));
+        } else if (flag == "--image-min-free-percent") {
+            options.image_limits.min_free_percent = parse_count(flag, args.value(flag));
+            if (options.image_limits.min_free_percent > 100) {
+                usage_error("--image-min-free-percent is a percentage, at most 100");
+            }
         } else if (flag == "--fault-429-rate") {
             options.faults.rate_429 = parse_rate(flag, args.value(flag));
         } else if (flag == "--fault-403-first") {

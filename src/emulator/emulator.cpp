@@ -41,9 +41,9 @@ struct Emulator::Impl {
         service_options.deleting_retention = options.deleting_retention;
         service_options.worker_threads = options.worker_threads;
         service_options.create_delay_ms = [faults = faults] { return faults->create_delay_ms(); };
-        service =
-            std::make_shared<SandboxService>(executor, std::move(service_options), logger,
-                                             make_runtime_engine(options.state_dir / "runtime"));
+        service = std::make_shared<SandboxService>(
+            executor, std::move(service_options), logger,
+            make_runtime_engine(options.state_dir / "runtime", options.image_limits));
         identity =
             fmt::format("{}; isolation={}", kEmulatorVersion, to_string(service->isolation()));
         RouterOptions router_options;

@@ -15,6 +15,7 @@
 #include "guest_authority.hpp"
 #include "maf_sandbox/core/vocabulary.hpp"
 #include "maf_sandbox/runtime/egress/egress.hpp"
+#include "maf_sandbox/runtime/host/images.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace maf_sandbox::emulator {
@@ -84,6 +85,8 @@ class SandboxEngine {
 };
 
 // The local runtime, keeping its images and sandbox directories under `runtime_dir`.
-std::unique_ptr<SandboxEngine> make_runtime_engine(std::filesystem::path runtime_dir);
+// A disk-image import is refused past `image_limits`.
+std::unique_ptr<SandboxEngine> make_runtime_engine(std::filesystem::path runtime_dir,
+                                                   runtime::ImportLimits image_limits = {});
 
 }  // namespace maf_sandbox::emulator

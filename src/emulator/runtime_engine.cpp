@@ -57,7 +57,8 @@ runtime::SandboxHandle handle_of(const json::object& handle) {
 
 class RuntimeEngine final : public SandboxEngine {
   public:
-    explicit RuntimeEngine(std::filesystem::path dir) : dir_(std::move(dir)), images_(dir_) {
+    RuntimeEngine(std::filesystem::path dir, runtime::ImportLimits image_limits)
+        : dir_(std::move(dir)), images_(dir_), image_limits_(std::move(image_limits)) {
         (void)runtime::open_trusted_state_dir(dir_ / "sandboxes", 0700, kEmulatorStateAdvice);
     }
 
@@ -78,7 +79,7 @@ class RuntimeEngine final : public SandboxEngine {
     }
 
     void import_image(const std::filesystem::path& archive, const std::string& image) override {
-        images_.import(archive, image);
+        images_.import(archive, image, image_limits_);
     }
 
     void remove_image(const std::string& image) override {
@@ -218,12 +219,14 @@ class RuntimeEngine final : public SandboxEngine {
 
     std::filesystem::path dir_;
     runtime::ImageStore images_;
+    runtime::ImportLimits image_limits_;
 };
 
 }  // namespace
 
-std::unique_ptr<SandboxEngine> make_runtime_engine(std::filesystem::path runtime_dir) {
-    return std::make_unique<RuntimeEngine>(std::move(runtime_dir));
+std::unique_ptr<SandboxEngine> make_runtime_engine(std::filesystem::path runtime_dir,
+                                                   runtime::ImportLimits image_limits) {
+    return std::make_unique<RuntimeEngine>(std::move(runtime_dir), std::move(image_limits));
 }
 
 }  // namespace maf_sandbox::emulator

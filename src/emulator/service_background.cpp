@@ -8,6 +8,7 @@
 
 #include "egress_policy.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/host/images.hpp"
 #include "maf_sandbox/runtime/host/sandbox_process.hpp"
 #include "offload.hpp"
 #include "out_of_space.hpp"
@@ -28,6 +29,11 @@ constexpr auto kDeleteRetryAfter = std::chrono::seconds(2);
 
 bool out_of_space(const std::exception& e) {
     const auto full = [](int error) { return error == ENOSPC || error == EDQUOT; };
+    // The image store's free-space floor is a full disk too: space may return. The other import
+    // caps refuse the archive itself, for good.
+    if (const auto* cap = dynamic_cast<const runtime::ImageImportLimitExceeded*>(&e)) {
+        return cap->cap() == "free space";
+    }
     if (const auto* system = dynamic_cast<const SystemError*>(&e)) {
         return full(system->error_number());
     }

@@ -16,6 +16,7 @@
 
 #include "maf_sandbox/core/sandbox.hpp"
 #include "maf_sandbox/core/types.hpp"
+#include "maf_sandbox/runtime/host/images.hpp"
 
 namespace spdlog {
 class logger;
@@ -46,6 +47,16 @@ struct FaultOptions {
     std::string only;
 };
 
+// The runtime's import caps at their defaults, naming the serve flags that raise them.
+inline runtime::ImportLimits emulator_image_limits() {
+    runtime::ImportLimits limits;
+    limits.max_bytes_setting = "acas-emulator serve --image-max-bytes";
+    limits.max_entries_setting = "acas-emulator serve --image-max-entries";
+    limits.max_depth_setting = "acas-emulator serve --image-max-depth";
+    limits.min_free_setting = "acas-emulator serve --image-min-free-percent";
+    return limits;
+}
+
 struct EmulatorOptions {
     std::string host = "127.0.0.1";
     std::uint16_t port = 0;
@@ -65,6 +76,9 @@ struct EmulatorOptions {
     // DELETE; if ending the sandbox takes longer, it is gone once that is done.
     std::chrono::milliseconds deleting_retention{2000};
     std::size_t worker_threads = 16;  // blocking runtime work (launch, exec, files)
+    // Caps on a disk-image import's unpack into the runtime's image store (images.hpp); a
+    // refusal names the serve flags below.
+    runtime::ImportLimits image_limits = emulator_image_limits();
 };
 
 // One emulator instance on an io_context. start() binds and starts serving; stop() is graceful.

@@ -10,6 +10,7 @@
 
 #include "../kernel/fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/host/images.hpp"
 #include "maf_sandbox/runtime/host/recorded_handle.hpp"
 #include "maf_sandbox/runtime/kernel/cgroup.hpp"
 #include "maf_sandbox/runtime/wire/id_claims.hpp"
@@ -100,6 +101,19 @@ GcReport reconcile(Registry& registry, const GcOptions& options) {
         } catch (const std::exception& e) {
             ++report.failed;
             report.errors.push_back(fmt::format("host id claims: {}", e.what()));
+        }
+    }
+    if (options.sweep_images) {
+        try {
+            const auto swept = ImageStore(registry.state_dir()).sweep();
+            report.image_leftovers_removed = swept.imports_removed + swept.removals_resumed;
+            for (const auto& error : swept.errors) {
+                ++report.failed;
+                report.errors.push_back(fmt::format("image store: {}", error));
+            }
+        } catch (const std::exception& e) {
+            ++report.failed;
+            report.errors.push_back(fmt::format("image store: {}", e.what()));
         }
     }
     return report;

@@ -69,7 +69,7 @@ void set_times(int fd, archive_entry* entry) {
 
 // Creates one archive entry at `guest_path` in the rootfs (see apply_layer).
 void place_entry(const GuestFs& guest, archive* reader, archive_entry* entry,
-                 const std::string& guest_path, const fs::path& layer) {
+                 const std::string& guest_path, const fs::path& layer, ImportBudget& budget) {
     if (const char* hardlink = archive_entry_hardlink(entry); hardlink != nullptr) {
         const auto target = clean_member(hardlink, layer);
         if (target.empty()) {
@@ -91,6 +91,14 @@ void place_entry(const GuestFs& guest, archive* reader, archive_entry* entry,
         }
         case AE_IFREG: {
             const auto file = guest.create_file(guest_path, 0600);
+            // The file's apparent size so far: holes count too, as a copy of it would fill them.
+            std::uint64_t charged = 0;
+            const auto charge_to = [&](std::uint64_t end) {
+                if (end > charged) {
+                    budget.bytes(end - charged, guest_path);
+                    charged = end;
+                }
+            };
             const void* block = nullptr;
             size_t size = 0;
             la_int64_t offset = 0;
@@ -103,6 +111,7 @@ void place_entry(const GuestFs& guest, archive* reader, archive_entry* entry,
                     throw InvalidArgument(
                         fmt::format("reading it failed: {}", archive_error_string(reader)));
                 }
+                charge_to(static_cast<std::uint64_t>(offset) + size);
                 for (std::size_t done = 0; done < size;) {
                     const ssize_t wrote =
                         ::pwrite(file.get(), static_cast<const char*>(block) + done, size - done,
@@ -118,6 +127,10 @@ void place_entry(const GuestFs& guest, archive* reader, archive_entry* entry,
                 }
             }
             // A sparse tail (holes at the end) still counts toward the size.
+            if (archive_entry_size_is_set(entry)) {
+                charge_to(
+                    static_cast<std::uint64_t>(std::max<la_int64_t>(archive_entry_size(entry), 0)));
+            }
             if (archive_entry_size_is_set(entry) &&
                 ::ftruncate(file.get(), static_cast<off_t>(archive_entry_size(entry))) != 0) {
                 throw SystemError(errno, fmt::format("sizing the image's '{}'", guest_path));
@@ -201,7 +214,8 @@ std::string clean_member(std::string_view raw, const fs::path& archive_path) {
 
 // Applies one layer onto `rootfs`: first its whiteouts (which hide what lower layers put there,
 // never what this layer adds), then its entries.
-void apply_layer(const fs::path& layer, const fs::path& rootfs, bool honour_whiteouts) {
+void apply_layer(const fs::path& layer, const fs::path& rootfs, bool honour_whiteouts,
+                 ImportBudget& budget) {
     auto guest = GuestFs::open(rootfs, GuestOwner{0, 0});
     if (honour_whiteouts) {
         auto reader = open_archive(layer);
@@ -253,10 +267,13 @@ void apply_layer(const fs::path& layer, const fs::path& rootfs, bool honour_whit
         if (path.empty() || (honour_whiteouts && base_name(path).starts_with(kWhiteoutPrefix))) {
             return;
         }
+        budget.entry(path);
         const auto guest_path = "/" + path;
         try {
-            place_entry(guest, reader->handle, entry, guest_path, layer);
+            place_entry(guest, reader->handle, entry, guest_path, layer, budget);
         } catch (const SystemError&) {
+            throw;
+        } catch (const ImageImportLimitExceeded&) {
             throw;
         } catch (const InvalidArgument& e) {
             throw refuse(raw, e);
@@ -269,7 +286,7 @@ void apply_layer(const fs::path& layer, const fs::path& rootfs, bool honour_whit
 // --- image archives (docker save, OCI layout) ---------------------------------------------------
 
 // Extracts the outer archive's regular files into `dir` (names validated, links ignored).
-void extract_outer(const fs::path& archive_path, const fs::path& dir) {
+void extract_outer(const fs::path& archive_path, const fs::path& dir, ImportBudget& budget) {
     auto reader = open_archive(archive_path);
     const auto staged_tree = GuestFs::open(dir, GuestOwner{0, 0});
     for_each_entry(reader->handle, archive_path, [&](archive_entry* entry) {
@@ -278,9 +295,11 @@ void extract_outer(const fs::path& archive_path, const fs::path& dir) {
             archive_entry_hardlink(entry) != nullptr) {
             return;
         }
+        budget.entry(path);
         // A tree we build ourselves, but through the same confined layer: a name can never be
         // written through a link (the outer archive's links are not extracted at all).
         const auto fd = staged_tree.create_file("/" + path, 0600);
+        std::uint64_t charged = 0;
         const void* block = nullptr;
         size_t size = 0;
         la_int64_t offset = 0;
@@ -293,6 +312,10 @@ void extract_outer(const fs::path& archive_path, const fs::path& dir) {
                 throw InvalidArgument(fmt::format("reading '{}' from '{}': {}", path,
                                                   archive_path.string(),
                                                   archive_error_string(reader->handle)));
+            }
+            if (const auto end = static_cast<std::uint64_t>(offset) + size; end > charged) {
+                budget.bytes(end - charged, path);
+                charged = end;
             }
             if (::pwrite(fd.get(), block, size, offset) != static_cast<ssize_t>(size)) {
                 throw SystemError(errno, fmt::format("staging '{}' from the archive", path));

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <boost/json/value.hpp>
 
+#include "import_budget.hpp"
 #include "maf_sandbox/core/errors.hpp"
 
 namespace maf_sandbox::runtime::image_archive {
@@ -53,11 +54,14 @@ void for_each_entry(archive* reader, const fs::path& path, Visit&& visit) {
 // InvalidArgument for an absolute name or `..` anywhere.
 std::string clean_member(std::string_view raw, const fs::path& archive_path);
 
-// Applies one layer tarball to `rootfs` (whiteouts honoured when `honour_whiteouts`).
-void apply_layer(const fs::path& layer, const fs::path& rootfs, bool honour_whiteouts);
+// Applies one layer tarball to `rootfs` (whiteouts honoured when `honour_whiteouts`), charging
+// every entry and byte to `budget` before it is written.
+void apply_layer(const fs::path& layer, const fs::path& rootfs, bool honour_whiteouts,
+                 ImportBudget& budget);
 
-// Extracts the outer archive's regular files into `dir` (names validated, links ignored).
-void extract_outer(const fs::path& archive_path, const fs::path& dir);
+// Extracts the outer archive's regular files into `dir` (names validated, links ignored),
+// charged to `budget` the same way.
+void extract_outer(const fs::path& archive_path, const fs::path& dir, ImportBudget& budget);
 
 // A JSON file of the staged archive; InvalidArgument when it is not JSON.
 boost::json::value read_json(const fs::path& path);

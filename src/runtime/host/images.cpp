@@ -23,8 +23,11 @@
 
 #include "../kernel/fd_ops.hpp"
 #include "image_archive.hpp"
+#include "image_staging.hpp"
+#include "import_budget.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/kernel/guest_fs.hpp"
+#include "maf_sandbox/runtime/kernel/state_dir.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -141,6 +144,41 @@ class StagingDir {
 
   private:
     fs::path path_;
+};
+
+// An import's `.import-*` directory, held by this process while it unpacks (image_staging.hpp)
+// and removed, still held, unless released once it is moved into place. A process killed on the
+// way leaves it unheld, for the next sweep.
+class ImportStaging {
+  public:
+    ImportStaging(int images_fd, const fs::path& images_dir)
+        : images_fd_(images_fd),
+          held_(image_staging::HeldDir::create(images_fd, image_staging::kImportPrefix)),
+          path_(images_dir / held_.name()) {}
+    ImportStaging(const ImportStaging&) = delete;
+    ImportStaging& operator=(const ImportStaging&) = delete;
+    ~ImportStaging() {
+        if (!released_) {
+            try {
+                detail::remove_tree_at(images_fd_, held_.name(), true, "the image store");
+            } catch (...) {
+                // Left unheld once this object is gone: the next sweep removes it.
+            }
+        }
+    }
+    const fs::path& path() const noexcept { return path_; }
+    const std::string& name() const noexcept { return held_.name(); }
+    int fd() const noexcept { return held_.fd(); }
+    void release() noexcept {
+        released_ = true;
+        held_.release();
+    }
+
+  private:
+    int images_fd_;
+    image_staging::HeldDir held_;
+    fs::path path_;
+    bool released_ = false;
 };
 
 std::uint64_t now_unix() {
@@ -355,14 +393,25 @@ ImageStore::ImageStore(fs::path state_dir)
     // root, before it becomes the sandbox's own host uid). One another user controls is refused
     // (state_dir.hpp).
     detail::make_state_dir(state_dir_, 0700);
-    detail::make_state_dir(images_dir_, 0700);
+    images_fd_ = open_trusted_state_dir(images_dir_, 0700);
+}
+
+ImageSweepReport ImageStore::sweep() const {
+    try {
+        return image_staging::sweep(images_fd_.get());
+    } catch (const Error& e) {
+        ImageSweepReport report;
+        report.errors.push_back(fmt::format("sweeping the image store: {}", e.what()));
+        return report;
+    }
 }
 
 fs::path ImageStore::image_dir(const ImageRef& ref) const {
     return images_dir_ / storage_name(ref.name) / ref.tag;
 }
 
-ImageInfo ImageStore::import(const fs::path& archive_path, std::string_view ref_text) {
+ImageInfo ImageStore::import(const fs::path& archive_path, std::string_view ref_text,
+                             const ImportLimits& limits) {
     const auto ref = parse_image_ref(ref_text);
     if (ref.name == kHostImage) {
         throw InvalidArgument(
@@ -382,6 +431,9 @@ ImageInfo ImageStore::import(const fs::path& archive_path, std::string_view ref_
                                           archive_path.string()));
     }
 
+    // What imports and removals that died left behind goes before this one adds to the store.
+    (void)sweep();
+
     // What kind of archive: look at the top-level names only.
     std::set<std::string> top;
     {
@@ -398,7 +450,8 @@ ImageInfo ImageStore::import(const fs::path& archive_path, std::string_view ref_
         });
     }
 
-    StagingDir staging{images_dir_ / (".import-" + detail::random_hex(8))};
+    ImportStaging staging{images_fd_.get(), images_dir_};
+    image_archive::ImportBudget budget{limits, staging.fd()};
     const auto rootfs = staging.path() / "rootfs";
     if (::mkdir(rootfs.c_str(), 0755) != 0) {
         throw SystemError(errno, fmt::format("creating '{}'", rootfs.string()));
@@ -415,17 +468,17 @@ ImageInfo ImageStore::import(const fs::path& archive_path, std::string_view ref_
         if (::mkdir(staged.c_str(), 0700) != 0) {
             throw SystemError(errno, fmt::format("creating '{}'", staged.string()));
         }
-        extract_outer(archive_path, staged);
+        extract_outer(archive_path, staged, budget);
         auto layout = docker ? read_docker_save(staged) : read_oci_layout(staged);
         info.source = layout.source;
         take_config(layout.config, info);
         for (const auto& layer : layout.layers) {
-            apply_layer(layer, real_rootfs, true);
+            apply_layer(layer, real_rootfs, true, budget);
         }
         detail::remove_host_tree(staged, true);
     } else {
         info.source = "rootfs-tarball";
-        apply_layer(archive_path, real_rootfs, false);
+        apply_layer(archive_path, real_rootfs, false, budget);
     }
     if (info.env.find("PATH") == info.env.end()) {
         info.env["PATH"] = kDefaultPath;
@@ -434,19 +487,30 @@ ImageInfo ImageStore::import(const fs::path& archive_path, std::string_view ref_
                                0644);
     open_own_dir(staging.path()).chmod(0755);
 
-    const auto name_dir = final_dir.parent_path();
-    if (::mkdir(name_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-        throw SystemError(errno, fmt::format("creating '{}'", name_dir.string()));
-    }
-    if (::rename(staging.path().c_str(), final_dir.c_str()) != 0) {
-        if (errno == EEXIST || errno == ENOTEMPTY) {
-            throw InvalidArgument(
-                fmt::format("image '{}' was imported concurrently; remove it "
-                            "first with `maf-sandbox images rm {}`",
-                            ref.str(), ref.str()));
+    const auto name = storage_name(ref.name);
+    // A removal of the name's last other tag may remove its directory meanwhile: made again once.
+    for (int attempt = 0;; ++attempt) {
+        if (::mkdirat(images_fd_.get(), name.c_str(), 0755) != 0 && errno != EEXIST) {
+            throw SystemError(errno,
+                              fmt::format("creating '{}'", final_dir.parent_path().string()));
         }
-        throw SystemError(errno,
-                          fmt::format("moving the imported image into '{}'", final_dir.string()));
+        UniqueFd name_fd{::openat(images_fd_.get(), name.c_str(),
+                                  O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+        if (!name_fd || ::renameat(images_fd_.get(), staging.name().c_str(), name_fd.get(),
+                                   ref.tag.c_str()) != 0) {
+            if (errno == ENOENT && attempt == 0) {
+                continue;
+            }
+            if (errno == EEXIST || errno == ENOTEMPTY) {
+                throw InvalidArgument(
+                    fmt::format("image '{}' was imported concurrently; remove it "
+                                "first with `maf-sandbox images rm {}`",
+                                ref.str(), ref.str()));
+            }
+            throw SystemError(
+                errno, fmt::format("moving the imported image into '{}'", final_dir.string()));
+        }
+        break;
     }
     staging.release();
     info.rootfs = final_dir / "rootfs";
@@ -491,21 +555,52 @@ void ImageStore::remove(std::string_view ref_text) {
     if (ref.name == kHostImage) {
         throw InvalidArgument("'host' is the built-in image and cannot be removed");
     }
-    const auto dir = image_dir(ref);
-    struct stat st {};
-    if (::lstat((dir / kMetadataFile).c_str(), &st) != 0) {
-        throw InvalidArgument(
+    const auto unknown = [&] {
+        return InvalidArgument(
             fmt::format("unknown image '{}'; run `maf-sandbox images list` to "
                         "see the images there are",
                         ref.str()));
+    };
+    (void)sweep();
+    const auto name = storage_name(ref.name);
+    const auto doomed = std::string(image_staging::kRemovePrefix) + detail::random_hex(8);
+    std::optional<image_staging::HeldDir> held;
+    {
+        // Held from before the move aside to the end, so a sweep never takes it from us; moved
+        // aside first so a concurrent resolve never sees a half-removed image.
+        const image_staging::StoreLock store(images_fd_.get(), false);
+        UniqueFd name_fd{::openat(images_fd_.get(), name.c_str(),
+                                  O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+        if (!name_fd) {
+            throw unknown();
+        }
+        try {
+            held = image_staging::HeldDir::try_hold(name_fd.get(), ref.tag);
+        } catch (const SystemError&) {
+            throw unknown();
+        }
+        if (!held) {
+            throw InvalidArgument(fmt::format(
+                "image '{}' is being removed by another process; list the images once it is done",
+                ref.str()));
+        }
+        struct stat st {};
+        if (::fstatat(held->fd(), kMetadataFile, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            throw unknown();
+        }
+        if (::renameat(name_fd.get(), ref.tag.c_str(), images_fd_.get(), doomed.c_str()) != 0) {
+            throw SystemError(errno, fmt::format("removing image '{}'", ref.str()));
+        }
     }
-    // Move it aside first so a concurrent resolve never sees a half-removed image.
-    const auto doomed = images_dir_ / (".remove-" + detail::random_hex(8));
-    if (::rename(dir.c_str(), doomed.c_str()) != 0) {
-        throw SystemError(errno, fmt::format("removing image '{}'", ref.str()));
+    try {
+        detail::remove_tree_at(images_fd_.get(), doomed, true, "the image store");
+    } catch (const SystemError& e) {
+        throw SystemError(e.error_number(),
+                          fmt::format("removing the files of image '{}'", ref.str()),
+                          "the image is out of the store already; `maf-sandbox gc`, the next "
+                          "import or the next removal finishes removing its files");
     }
-    detail::remove_host_tree(doomed, true);
-    ::rmdir(dir.parent_path().c_str());  // only succeeds when no other tag is left
+    ::unlinkat(images_fd_.get(), name.c_str(), AT_REMOVEDIR);  // only when no other tag is left
 }
 
 MountPlan ImageStore::resolve_host() const {

@@ -1,6 +1,5 @@
 #include "fd_ops.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/socket.h>
@@ -53,102 +52,6 @@ int open_in_root(int dirfd, const std::string& path, int flags, mode_t mode) {
         }
     }
     return -EAGAIN;
-}
-
-namespace {
-
-std::vector<std::string> directory_names(int dir_fd) {
-    std::vector<std::string> names;
-    const int copy = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
-    if (copy < 0) {
-        throw SystemError(errno, "duplicating a directory descriptor");
-    }
-    DIR* dir = ::fdopendir(copy);
-    if (dir == nullptr) {
-        const int error = errno;
-        ::close(copy);
-        throw SystemError(error, "reading a directory");
-    }
-    ::rewinddir(dir);
-    errno = 0;
-    while (const dirent* entry = ::readdir(dir)) {
-        const std::string_view name = entry->d_name;
-        if (name != "." && name != "..") {
-            names.emplace_back(name);
-        }
-    }
-    ::closedir(dir);
-    return names;
-}
-
-void remove_tree_level(int parent_fd, const std::string& name, bool stay_on_device, dev_t device,
-                       std::string_view describe) {
-    const int raw = open_in_root(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-    if (raw == -ENOENT) {
-        return;
-    }
-    if (raw == -ELOOP || raw == -ENOTDIR) {
-        // Not a directory (any more): unlink the name itself, never what it points to.
-        if (::unlinkat(parent_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
-            throw SystemError(errno, fmt::format("removing '{}' inside {}", name, describe));
-        }
-        return;
-    }
-    if (raw < 0) {
-        throw SystemError(-raw, fmt::format("opening '{}' inside {} for removal", name, describe));
-    }
-    UniqueFd dir{raw};
-    struct stat st {};
-    if (::fstat(dir.get(), &st) != 0) {
-        throw SystemError(errno, fmt::format("inspecting '{}' inside {}", name, describe));
-    }
-    if (stay_on_device && st.st_dev != device) {
-        throw SystemError(
-            EXDEV, fmt::format("removing '{}' inside {}: a mount is still there", name, describe),
-            "unmount it first (maf-sandbox gc detaches stale mounts)");
-    }
-    // New entries may appear while we work (a guest still running): retry a few rounds.
-    for (int round = 0; round < 8; ++round) {
-        for (const auto& child : directory_names(dir.get())) {
-            struct stat child_st {};
-            if (::fstatat(dir.get(), child.c_str(), &child_st, AT_SYMLINK_NOFOLLOW) != 0) {
-                if (errno == ENOENT) {
-                    continue;
-                }
-                throw SystemError(errno, fmt::format("inspecting '{}' inside {}", child, describe));
-            }
-            if (S_ISDIR(child_st.st_mode)) {
-                remove_tree_level(dir.get(), child, stay_on_device, device, describe);
-            } else if (::unlinkat(dir.get(), child.c_str(), 0) != 0) {
-                if (errno == EISDIR) {
-                    remove_tree_level(dir.get(), child, stay_on_device, device, describe);
-                } else if (errno != ENOENT) {
-                    throw SystemError(errno,
-                                      fmt::format("removing '{}' inside {}", child, describe));
-                }
-            }
-        }
-        if (::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) {
-            return;
-        }
-        if (errno != ENOTEMPTY && errno != EEXIST) {
-            throw SystemError(errno,
-                              fmt::format("removing directory '{}' inside {}", name, describe));
-        }
-    }
-    throw SystemError(ENOTEMPTY, fmt::format("removing directory '{}' inside {}", name, describe),
-                      "something keeps writing into it; stop it and retry");
-}
-
-}  // namespace
-
-void remove_tree_at(int parent_fd, const std::string& name, bool stay_on_device,
-                    std::string_view describe) {
-    struct stat st {};
-    if (::fstat(parent_fd, &st) != 0) {
-        throw SystemError(errno, fmt::format("inspecting {}", describe));
-    }
-    remove_tree_level(parent_fd, name, stay_on_device, st.st_dev, describe);
 }
 
 void make_state_dir(const std::filesystem::path& path, mode_t mode) {

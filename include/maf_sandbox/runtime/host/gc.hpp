@@ -27,14 +27,18 @@ struct GcOptions {
     // their cgroups is killed. Empty: default_id_claims_dir(). Off: reclaim_stale_ids = false.
     std::filesystem::path id_claims_dir;
     bool reclaim_stale_ids = true;
+    // The image store's leftovers of imports and removals whose process is gone (ImageStore::
+    // sweep) are removed too.
+    bool sweep_images = true;
 };
 
 struct GcReport {
     int examined = 0;
     int alive = 0;
-    int reclaimed = 0;            // dead records removed with their leftovers
-    int orphan_dirs_removed = 0;  // sandbox directories without a record
-    int id_claims_reclaimed = 0;  // host id claims of sandboxes that are gone
+    int reclaimed = 0;                // dead records removed with their leftovers
+    int orphan_dirs_removed = 0;      // sandbox directories without a record
+    int id_claims_reclaimed = 0;      // host id claims of sandboxes that are gone
+    int image_leftovers_removed = 0;  // `.import-*` and `.remove-*` nobody holds
     int failed = 0;
     std::vector<std::string> reclaimed_ids;
     std::vector<std::string> errors;  // one sentence per failure, for logs
