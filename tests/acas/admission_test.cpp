@@ -508,7 +508,7 @@ TEST(AcasAdmission, CancellingAnExecDisposesTheSandbox) {
     };
     drive(h.io, cancel_during_exec());
     // The disposal completes once the fake has answered the abandoned exec.
-    EXPECT_TRUE(drive(h.io, poll_until([&] { return !h.service.sandbox(id); })));
+    EXPECT_TRUE(drive(h.io, poll_until_async([&] { return !h.service.sandbox(id); })));
     EXPECT_FALSE(backend->held_sandbox_id(kKey, "shell"));
     ExecRequest request;
     request.command = std::string("true");
