@@ -2,6 +2,7 @@
 // AcasBackend configuration that reaches it, and the group's sandboxes as the emulator lists them.
 #pragma once
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,18 @@ namespace maf_sandbox::emulator::testing {
 class FaultRig {
   public:
     FaultRig() : emulator_(dir_.path()), sdk_(io_, dir_.path() / "ca.pem", emulator_.base_url()) {}
+    // Sandboxes outlive the emulator: with the faults off, every sandbox is deleted, and one a case
+    // left Deleting is waited for, before the emulator stops.
+    ~FaultRig() {
+        try {
+            clear_faults();
+            sdk_.delete_all();
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << "cleaning up the fault rig's sandboxes: " << e.what();
+        }
+    }
+    FaultRig(const FaultRig&) = delete;
+    FaultRig& operator=(const FaultRig&) = delete;
 
     void set_faults(const json::object& faults) {
         const auto r = sdk_.raw("PUT", "/admin/faults", json::serialize(faults));
