@@ -64,7 +64,7 @@ void FilePlane::write(std::string_view path, std::string_view content, bool crea
     const std::string p(path);
     // The content is not copied: the child shares the caller's memory.
     run(authority_, [&](ReplyChannel& out) {
-        inside::write(p, content, create_dirs, mode);
+        inside::write(stage_key_, p, content, create_dirs, mode);
         out.done({});
     });
 }

@@ -25,11 +25,16 @@ namespace maf_sandbox::emulator {
 enum class ReadKind { regular, fifo };
 
 struct GuestAuthority;
+namespace staging {
+class StageKey;
+}
 
 class FilePlane {
   public:
-    // Borrows `authority` (the sandbox's namespaces and root) for the object's lifetime.
-    explicit FilePlane(const GuestAuthority& authority) : authority_(authority) {}
+    // Borrows `authority` (the sandbox's namespaces and root) and `stage_key` (the state
+    // directory's secret that tags a write's staged sibling) for the object's lifetime.
+    FilePlane(const GuestAuthority& authority, const staging::StageKey& stage_key)
+        : authority_(authority), stage_key_(stage_key) {}
 
     // What `path` resolves to for a read; throws Refusal (404 missing, 400 directory).
     ReadKind classify_read(std::string_view path) const;
@@ -51,6 +56,7 @@ class FilePlane {
 
   private:
     const GuestAuthority& authority_;
+    const staging::StageKey& stage_key_;
 };
 
 }  // namespace maf_sandbox::emulator

@@ -339,25 +339,15 @@ WriteTarget resolve_write_target(int root, UniqueFd dir, std::string name,
     }
 }
 
-// A name for the staged sibling that no concurrent write picks: this child's pid (each file
-// operation is its own process) and random bits, tagged so that a leftover is recognised as ours
-// (file_plane_staging.hpp); from system calls only (the child shares the emulator's memory and
-// must not take its locks).
-std::string staged_name() {
-    std::uint64_t bits = 0;
-    if (::syscall(SYS_getrandom, &bits, sizeof bits, 0) != static_cast<long>(sizeof bits)) {
-        bits = static_cast<std::uint64_t>(::syscall(SYS_gettid)) * 0x9e3779b97f4a7c15ULL;
-    }
-    return staging::staged_name(staging::key(), static_cast<pid_t>(::syscall(SYS_getpid)), bits);
-}
-
 // The bytes go to a staged sibling, made complete (mode, owner, fsync) before one rename puts it
 // in place: a reader sees the old content or the new, never a mix, and a write that fails (no
 // space, a quota) removes the sibling and leaves the old file whole. Returns false, having
 // changed nothing, when the guest's root may not create a file in that directory.
-bool write_staged(WriteTarget target, const std::string& path, std::string_view content,
-                  std::optional<mode_t> mode) {
-    const auto staged = staged_name();
+bool write_staged(const staging::StageKey& key, WriteTarget target, const std::string& path,
+                  std::string_view content, std::optional<mode_t> mode) {
+    // No concurrent write picks the same name: this child's pid (each file operation is its own
+    // process) and random bits, tagged so that a leftover is recognised as ours.
+    const auto staged = staging::new_staged_name(key);
     UniqueFd fd(::openat(target.dir.get(), staged.c_str(),
                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0600));
     if (!fd) {
@@ -400,7 +390,7 @@ bool write_staged(WriteTarget target, const std::string& path, std::string_view 
     sibling.placed = true;
     // Staged siblings an interrupted write left here (a crash between staging and the rename)
     // go with the next write to the directory.
-    staging::sweep_leftovers(target.dir.get(), staged);
+    staging::sweep_leftovers(key, target.dir.get(), staged);
     return true;
 }
 
@@ -507,8 +497,8 @@ void mkdir(const std::string& path) {
     }
 }
 
-void write(const std::string& path, std::string_view content, bool create_dirs,
-           std::optional<mode_t> mode) {
+void write(const staging::StageKey& key, const std::string& path, std::string_view content,
+           bool create_dirs, std::optional<mode_t> mode) {
     const auto [parent, name] = split(path);
     if (name.empty()) {
         fail_errno(EISDIR, path, "writing");
@@ -535,7 +525,7 @@ void write(const std::string& path, std::string_view content, bool create_dirs,
         return;
     }
     const auto kept = target.existing;
-    if (!write_staged(std::move(target), path, content, mode) && kept) {
+    if (!write_staged(key, std::move(target), path, content, mode) && kept) {
         // The guest's root may write this file but not its directory (a directory of the image
         // whose owner no sandbox maps): written in place, as the guest itself would.
         write_in_place(root.get(), path, content, mode);

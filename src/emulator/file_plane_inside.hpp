@@ -15,14 +15,16 @@
 
 #include "file_plane.hpp"
 #include "guest_authority.hpp"
+#include "stage_key.hpp"
 
 namespace maf_sandbox::emulator::inside {
 
 ReadKind classify_read(const std::string& path);
 // Streams the file's bytes to `out` (data frames); refuses a file over `max_bytes` first.
 void read(const std::string& path, std::uint64_t max_bytes, ReplyChannel& out);
-void write(const std::string& path, std::string_view content, bool create_dirs,
-           std::optional<mode_t> mode);
+// Stages the bytes under a name tagged with `key` (file_plane_staging.hpp), then renames them in.
+void write(const staging::StageKey& key, const std::string& path, std::string_view content,
+           bool create_dirs, std::optional<mode_t> mode);
 std::string stat(const std::string& path);  // the JSON payload
 std::string list(const std::string& path);  // the JSON payload
 void mkdir(const std::string& path);

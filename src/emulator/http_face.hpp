@@ -1,7 +1,8 @@
 // Internal: the shape of the emulator's HTTP face. A request is routed once (routing.hpp) into an
-// Exchange; a Handler answers an Exchange; the wrappers (metrics, identity, faults, refusals)
-// each take a Handler and return one that does their one job around it, Beast-style, so no route
-// knows about faults, metrics or how a refusal is spelled on the wire.
+// Exchange; a Handler answers an Exchange; the wrappers (metrics, which also stamps every answer
+// with the emulator's identity, faults, refusals) each take a Handler and return one that does
+// their one job around it, Beast-style, so no route knows about faults, metrics or how a refusal
+// is spelled on the wire.
 #pragma once
 
 #include <functional>

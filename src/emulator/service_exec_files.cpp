@@ -68,7 +68,7 @@ auto SandboxService::with_plane(const FileTarget& target, F&& fn) {
     auto self = shared_from_this();
     auto job = [self, handle = target.handle, fn = std::forward<F>(fn)]() {
         const auto authority = self->engine_->open_authority(handle);
-        FilePlane plane(authority);
+        FilePlane plane(authority, self->store_.stage_key());
         return fn(plane);
     };
     return offload(pool_, std::move(job));

@@ -18,7 +18,6 @@
 #include <sstream>
 #include <utility>
 
-#include "file_plane_staging.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/net/tls.hpp"
@@ -209,19 +208,24 @@ json::object DiskImageDoc::to_wire() const {
                         {"status", status}};
 }
 
-StateStore::StateStore(std::filesystem::path state_dir)
-    : file_(state_dir / "emulator" / "state.json") {
-    // The records name processes, cgroups and directories the emulator acts on as root: a state
-    // directory another user controls is refused, and the file is read through the checked
-    // descriptor, never through a link.
+namespace {
+
+// The records name processes, cgroups and directories the emulator acts on as root: a state
+// directory another user controls is refused, and every file in it is opened through the checked
+// descriptor, never through a link.
+runtime::UniqueFd open_emulator_dir(const std::filesystem::path& state_dir) {
     (void)runtime::open_trusted_state_dir(state_dir, 0700, kEmulatorStateAdvice);
-    const auto dir =
-        runtime::open_trusted_state_dir(file_.parent_path(), 0700, kEmulatorStateAdvice);
-    // The state directory's secret that tags the file plane's staged siblings, so a later run
-    // recognises what an earlier one left behind.
-    staging::load_key(file_.parent_path());
+    return runtime::open_trusted_state_dir(state_dir / "emulator", 0700, kEmulatorStateAdvice);
+}
+
+}  // namespace
+
+StateStore::StateStore(std::filesystem::path state_dir)
+    : file_(state_dir / "emulator" / "state.json"),
+      dir_(open_emulator_dir(state_dir)),
+      stage_key_(staging::StageKey::load(dir_.get(), file_.parent_path())) {
     const runtime::UniqueFd in{
-        ::openat(dir.get(), file_.filename().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)};
+        ::openat(dir_.get(), file_.filename().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)};
     if (!in) {
         if (errno == ENOENT) {
             return;
@@ -367,7 +371,8 @@ std::vector<SandboxDoc> StateStore::sandboxes() const {
     return out;
 }
 
-bool StateStore::mutate(const std::string& id, const std::function<void(SandboxDoc&)>& change) {
+bool StateStore::change_sandbox(const std::string& id,
+                                const std::function<void(SandboxDoc&)>& change, Save save) {
     std::lock_guard lock(mutex_);
     auto it = sandboxes_.find(id);
     if (it == sandboxes_.end()) {
@@ -377,22 +382,20 @@ bool StateStore::mutate(const std::string& id, const std::function<void(SandboxD
     change(changed);
     check_record(json::serialize(sandbox_to_state(changed)).size(), "sandbox");
     SandboxDoc before = std::exchange(it->second, std::move(changed));
-    strictly([] {}, [&] { it->second = std::move(before); }, [this] { save_locked(); });
+    if (save == Save::strictly) {
+        strictly([] {}, [&] { it->second = std::move(before); }, [this] { save_locked(); });
+    } else {
+        save_eventually_locked();
+    }
     return true;
 }
 
+bool StateStore::mutate(const std::string& id, const std::function<void(SandboxDoc&)>& change) {
+    return change_sandbox(id, change, Save::strictly);
+}
+
 bool StateStore::record(const std::string& id, const std::function<void(SandboxDoc&)>& change) {
-    std::lock_guard lock(mutex_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) {
-        return false;
-    }
-    SandboxDoc changed = it->second;
-    change(changed);
-    check_record(json::serialize(sandbox_to_state(changed)).size(), "sandbox");
-    it->second = std::move(changed);
-    save_eventually_locked();
-    return true;
+    return change_sandbox(id, change, Save::eventually);
 }
 
 void StateStore::forget(const std::string& id) {

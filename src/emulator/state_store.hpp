@@ -14,7 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 #include "sandbox_state.hpp"
+#include "stage_key.hpp"
 
 namespace maf_sandbox::emulator {
 
@@ -93,8 +95,13 @@ class StateNotPersisted : public std::runtime_error {
 
 class StateStore {
   public:
-    // Loads <dir>/emulator/state.json when present. Throws Error when it is unreadable.
+    // Loads <dir>/emulator/state.json when present, and the file plane's staging key
+    // (stage_key.hpp) beside it. Throws Error when either is unreadable or refused.
     explicit StateStore(std::filesystem::path state_dir);
+
+    // The state directory's secret that tags the file plane's staged siblings, so a later run
+    // recognises what an earlier one left behind. Immutable: any thread may use it.
+    const staging::StageKey& stage_key() const noexcept { return stage_key_; }
 
     // Every accessor copies under the lock.
     //
@@ -138,6 +145,13 @@ class StateStore {
     void erase_disk_image(const std::string& id);
 
   private:
+    // How a change reaches the disk: strictly (undone and StateNotPersisted thrown when the save
+    // fails) or eventually (kept, and the state marked pending).
+    enum class Save { strictly, eventually };
+    // mutate() and record(): applies `change` to a copy of the sandbox's record, checks its size,
+    // puts it in place and saves as `save` says. False when there is no such sandbox.
+    bool change_sandbox(const std::string& id, const std::function<void(SandboxDoc&)>& change,
+                        Save save);
     // Throws StateNotPersisted; clears pending_ on success.
     void save_locked() const;
     // save_locked for an eventual write: a failure only marks the state pending.
@@ -148,6 +162,8 @@ class StateStore {
     void check_count(bool adds) const;
 
     std::filesystem::path file_;
+    runtime::UniqueFd dir_;  // <state-dir>/emulator, checked by the state-directory trust rule
+    staging::StageKey stage_key_;
     mutable std::mutex mutex_;
     std::map<std::string, SandboxDoc> sandboxes_;
     std::int64_t last_created_us_ = 0;

@@ -17,11 +17,13 @@
 
 #include "harness.hpp"
 #include "maf_sandbox/azure/credentials.hpp"
+#include "polling.hpp"
 
 namespace maf_sandbox::acas {
 namespace {
 
 using maf_sandbox::testing::drive;
+using maf_sandbox::testing::poll_until_async;
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
@@ -39,19 +41,6 @@ bool is_sandbox_delete(const net::HttpRequest& request, const std::string& path)
            path.find("/files") == std::string::npos;
 }
 
-// Waits on the test's own loop, a few milliseconds at a time, until `done` or the deadline.
-Task<bool> poll_until(std::function<bool()> done, std::chrono::milliseconds limit = 10s) {
-    asio::steady_timer timer(co_await asio::this_coro::executor);
-    const auto give_up = std::chrono::steady_clock::now() + limit;
-    while (!done()) {
-        if (std::chrono::steady_clock::now() >= give_up)
-            co_return false;
-        timer.expires_after(5ms);
-        co_await timer.async_wait(asio::use_awaitable);
-    }
-    co_return true;
-}
-
 // A host resolver whose first answer waits until `release` (at most 10 s); later ones answer at
 // once. The acquire that asked first holds its key and kind's lock meanwhile.
 Task<AcasCredentialBinding> first_answer_waits(std::shared_ptr<std::atomic<int>> calls,
@@ -59,7 +48,7 @@ Task<AcasCredentialBinding> first_answer_waits(std::shared_ptr<std::atomic<int>>
                                                AcasCredentialRequest) {
     if ((*calls)++ == 0) {
         std::function<bool()> released_yet = [release] { return release->load(); };
-        const bool released = co_await poll_until(std::move(released_yet), 10s);
+        const bool released = co_await poll_until_async(std::move(released_yet), 10s);
         EXPECT_TRUE(released);
     }
     AcasCredentialBinding binding;
@@ -192,7 +181,7 @@ TEST(AcasAdmission, AnActivePurgeRefusesAcquiresForItsConversationOnlyUntilItFin
             purge = co_await backend->dispose_scope("scope-1", "thread-1");
         };
         auto acquire_meanwhile = [&]() -> Task<void> {
-            const bool reached = co_await poll_until([&] { return deleting->load(); });
+            const bool reached = co_await poll_until_async([&] { return deleting->load(); });
             EXPECT_TRUE(reached);
             try {
                 co_await backend->acquire(kKey, h.spec());
@@ -234,7 +223,7 @@ TEST(AcasAdmission, AcquiresStayRefusedUntilEveryOverlappingPurgeHasFinished) {
             served_after_both = true;
         };
         auto second = [&]() -> Task<void> {
-            const bool held = co_await poll_until([&] { return calls->load() > 0; });
+            const bool held = co_await poll_until_async([&] { return calls->load() > 0; });
             EXPECT_TRUE(held);
             co_await backend->dispose_scope("scope-1", "thread-1");  // finishes first
             try {
@@ -269,7 +258,7 @@ TEST(AcasAdmission, ACancelledPurgeStopsRefusingAcquires) {
             co_await backend->dispose_scope("scope-1", "thread-1");  // held in the resolver
         };
         auto cancel_it = [&]() -> Task<void> {
-            const bool held = co_await poll_until([&] { return calls->load() > 0; });
+            const bool held = co_await poll_until_async([&] { return calls->load() > 0; });
             EXPECT_TRUE(held);
             try {
                 const auto spec = h.spec();
@@ -310,7 +299,7 @@ TEST(AcasAdmission, AnotherConversationIsAcquiredWhileAPurgeRuns) {
             co_await backend->dispose_scope("scope-1", "thread-1");
         };
         auto other = [&]() -> Task<void> {
-            const bool reached = co_await poll_until([&] { return deleting->load(); });
+            const bool reached = co_await poll_until_async([&] { return deleting->load(); });
             EXPECT_TRUE(reached);
             *release = true;  // the fake serves one request at a time: let the purge go on
             const SandboxKey key{"scope-1", "thread-2", "agent-1", ""};
@@ -382,7 +371,7 @@ TEST(AcasAdmission, AcquiresForOtherKeysAndKindsDoNotWaitForAnAcquireInProgress)
             first_done = true;
         };
         auto others = [&]() -> Task<void> {
-            const bool waiting = co_await poll_until([&] { return calls->load() > 0; });
+            const bool waiting = co_await poll_until_async([&] { return calls->load() > 0; });
             EXPECT_TRUE(waiting);
             // Another key of the same conversation, then another kind of the same key.
             // Named arguments: GCC 12 mishandles temporaries passed to a coroutine in co_await.
@@ -475,7 +464,7 @@ TEST(AcasAdmission, AnInvalidationDuringWorkDirectoryPreparationRefusesTheAcquir
             }
         };
         auto invalidate = [&]() -> Task<void> {
-            const bool reached = co_await poll_until([&] { return preparing->load(); });
+            const bool reached = co_await poll_until_async([&] { return preparing->load(); });
             EXPECT_TRUE(reached);
             // An exec whose deadline has passed times out without a request and invalidates.
             ExecRequest request;
@@ -510,7 +499,7 @@ TEST(AcasAdmission, CancellingAnExecDisposesTheSandbox) {
         };
         auto cancel = [&]() -> Task<void> {
             // Cancelled once the exec has reached the service.
-            co_await poll_until([&] {
+            co_await poll_until_async([&] {
                 const auto commands = h.service.exec_commands();
                 return !commands.empty() && commands.back().find("sleep 2") != std::string::npos;
             });
@@ -519,7 +508,7 @@ TEST(AcasAdmission, CancellingAnExecDisposesTheSandbox) {
     };
     drive(h.io, cancel_during_exec());
     // The disposal completes once the fake has answered the abandoned exec.
-    EXPECT_TRUE(drive(h.io, poll_until([&] { return !h.service.sandbox(id); })));
+    EXPECT_TRUE(drive(h.io, poll_until_async([&] { return !h.service.sandbox(id); })));
     EXPECT_FALSE(backend->held_sandbox_id(kKey, "shell"));
     ExecRequest request;
     request.command = std::string("true");

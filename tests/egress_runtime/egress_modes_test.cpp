@@ -26,6 +26,8 @@
 #include "maf_sandbox/runtime/host/gc.hpp"
 #include "maf_sandbox/runtime/host/sandbox_process.hpp"
 #include "maf_sandbox/runtime/wire/registry.hpp"
+#include "polling.hpp"
+#include "process_probe.hpp"
 #include "test_dirs.hpp"
 #include "test_host.hpp"
 
@@ -37,6 +39,12 @@ using egress_testing::TestHost;
 
 // 0700 root (mkdtemp): the proxy must not need to traverse it.
 using StateDir = ::maf_sandbox::testing::TempDir;
+using ::maf_sandbox::testing::cgroup_processes;
+using ::maf_sandbox::testing::comm_of;
+using ::maf_sandbox::testing::find_process;
+using ::maf_sandbox::testing::poll_until;
+using ::maf_sandbox::testing::read_text;
+using ::maf_sandbox::testing::status_field;
 
 LocalBackendConfig config_for(const StateDir& state, const TestHost& host) {
     const fs::path hosts = state.path() / "egress-hosts";
@@ -64,13 +72,6 @@ std::string sh(Sandbox& sandbox, const std::string& command) {
     return run_blocking(sandbox.exec(request)).stdout_bytes;
 }
 
-std::string read_text(const fs::path& path) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
 runtime::SandboxRecord only_record(const StateDir& state) {
     runtime::Registry registry(state.path());
     const auto records = registry.list();
@@ -80,57 +81,15 @@ runtime::SandboxRecord only_record(const StateDir& state) {
     return records.front();
 }
 
-// Every process in the sandbox's cgroup (host pids), by the first recorded cgroup directory.
-std::vector<pid_t> cgroup_processes(const runtime::SandboxRecord& record) {
-    std::vector<pid_t> pids;
-    const auto& paths = record.runtime.at("cgroup_paths").as_array();
-    std::istringstream procs(
-        read_text(fs::path(std::string(paths.at(0).as_string())) / "cgroup.procs"));
-    for (pid_t pid; procs >> pid;) {
-        pids.push_back(pid);
-    }
-    return pids;
-}
-
-std::string comm_of(pid_t pid) {
-    auto text = read_text(fmt::format("/proc/{}/comm", pid));
-    if (!text.empty() && text.back() == '\n') {
-        text.pop_back();
-    }
-    return text;
-}
-
-std::optional<pid_t> find_process(const runtime::SandboxRecord& record, const std::string& comm) {
-    for (const pid_t pid : cgroup_processes(record)) {
-        if (comm_of(pid) == comm) {
-            return pid;
-        }
-    }
-    return std::nullopt;
-}
-
-std::string status_field(pid_t pid, const std::string& name) {
-    std::istringstream status(read_text(fmt::format("/proc/{}/status", pid)));
-    for (std::string line; std::getline(status, line);) {
-        if (line.starts_with(name + ":")) {
-            auto value = line.substr(name.size() + 1);
-            value.erase(0, value.find_first_not_of(" \t"));
-            return value;
-        }
-    }
-    return {};
+// The sandbox's first recorded cgroup directory.
+fs::path first_cgroup(const runtime::SandboxRecord& record) {
+    return std::string(record.runtime.at("cgroup_paths").as_array().at(0).as_string());
 }
 
 // Waits until `pid` has ended (gone or a zombie awaiting its reaper).
 bool ended_within(pid_t pid, std::chrono::milliseconds limit) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (runtime::live_process_start_time(pid)) {
-        if (std::chrono::steady_clock::now() > deadline) {
-            return false;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return true;
+    return poll_until([pid] { return !runtime::live_process_start_time(pid); }, limit,
+                      std::chrono::milliseconds(20));
 }
 
 constexpr const char* kProxyComm = "maf-egress-prox";  // comm keeps 15 characters
@@ -204,7 +163,7 @@ TEST(EgressModes, ProxyRunsUnprivilegedOutsideTheSandboxFailsClosedAndGoesWithIt
     auto sandbox =
         run_blocking(backend.acquire(key, spec_for(Egress::allowlist, {"allowed.test"})));
     const auto record = only_record(state);
-    const auto proxy = find_process(record, kProxyComm);
+    const auto proxy = find_process(first_cgroup(record), kProxyComm);
     ASSERT_TRUE(proxy) << "no egress proxy in the sandbox's cgroup";
 
     for (const char* field : {"Uid", "Gid"}) {
@@ -254,7 +213,7 @@ TEST(EgressModes, ProxyEndsWithItsSandboxAndGcLeavesNoProcess) {
     run_blocking(
         backend.acquire({"s", "t", "a", ""}, spec_for(Egress::allowlist, {"allowed.test"})));
     const auto record = only_record(state);
-    const auto proxy = find_process(record, kProxyComm);
+    const auto proxy = find_process(first_cgroup(record), kProxyComm);
     ASSERT_TRUE(proxy);
     // The sandbox's PID 1 dies (as on its idle timeout, or a crash): the proxy follows by itself.
     ASSERT_EQ(::kill(record.supervisor.pid, SIGKILL), 0);
@@ -305,7 +264,7 @@ TEST(EgressModes, WarmAcquireWithAnotherPolicyConflictsAndKeepsTheFirstSandbox) 
     EXPECT_EQ(sh(*first, "cat marker"), "kept\n");
     EXPECT_EQ(sh(*first, "curl -s -m 10 http://allowed.test/"), "test-host\n");
     // Disposing takes the proxy with the sandbox.
-    const auto proxy = find_process(records.front(), kProxyComm);
+    const auto proxy = find_process(first_cgroup(records.front()), kProxyComm);
     ASSERT_TRUE(proxy);
     EXPECT_EQ(run_blocking(backend.dispose_scope("s", "t")).disposed, 1);
     EXPECT_TRUE(ended_within(*proxy, std::chrono::seconds(5)));
@@ -323,7 +282,7 @@ TEST(EgressModes, ClosedHasNoRouteNoProxyAndNoProxyEnvironment) {
               "rc=7\n");
     EXPECT_EQ(sh(*sandbox, "curl -s -m 5 http://127.0.0.1:3128/; echo rc=$?"), "rc=7\n");
     const auto record = only_record(state);
-    for (const pid_t pid : cgroup_processes(record)) {
+    for (const pid_t pid : cgroup_processes(first_cgroup(record))) {
         EXPECT_NE(comm_of(pid), kProxyComm);
         EXPECT_NE(comm_of(pid), "slirp4netns");
     }
@@ -381,7 +340,7 @@ TEST(EgressModes, UnrestrictedReachesTheTestHostOrIsRefusedClearly) {
     EXPECT_EQ(sh(*sandbox, "env | grep -ci proxy"), "0\n");
     EXPECT_EQ(sh(*sandbox, fmt::format("curl -s -m 10 http://{}/", host.address())), "test-host\n");
     EXPECT_EQ(host.requests(), 1);
-    const auto slirp = find_process(only_record(state), "slirp4netns");
+    const auto slirp = find_process(first_cgroup(only_record(state)), "slirp4netns");
     ASSERT_TRUE(slirp) << "no slirp4netns in the sandbox's cgroup";
     EXPECT_FALSE(run_blocking(backend.dispose(key, std::nullopt)));
     EXPECT_TRUE(ended_within(*slirp, std::chrono::seconds(5)));

@@ -18,12 +18,14 @@
 
 #include "emulator_fixture.hpp"
 #include "file_plane_staging.hpp"
+#include "polling.hpp"
 
 namespace maf_sandbox::emulator::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
+using maf_sandbox::testing::poll_until;
 
 // A small tmpfs mounted in a temporary directory, unmounted (lazily: a sandbox's mount namespace
 // may still hold it) before the directory is removed.
@@ -173,12 +175,12 @@ TEST(EmulatorRecovery, FullStateDiskRefusesWithoutResidueAndCreatesAndDeletesCon
 
     disk.free_space();
     // Without a restart: the deletion converges in memory and on disk.
-    const auto deadline = Clock::now() + 60s;
-    while (Clock::now() < deadline &&
-           (!listed_ids(sdk).empty() ||
-            slurp(disk.path() / "emulator" / "state.json").find(kept) != std::string::npos)) {
-        std::this_thread::sleep_for(100ms);
-    }
+    poll_until(
+        [&] {
+            return listed_ids(sdk).empty() &&
+                   slurp(disk.path() / "emulator" / "state.json").find(kept) == std::string::npos;
+        },
+        60s, 100ms);
     EXPECT_TRUE(listed_ids(sdk).empty());
     EXPECT_EQ(slurp(disk.path() / "emulator" / "state.json").find(kept), std::string::npos);
     // And a create works again, end to end.
@@ -215,10 +217,7 @@ TEST(EmulatorRecovery, DeleteAcceptedOnAFullDiskIsNotStuckDeleting) {
         return listed_ids(sdk).empty() && state.find(ids[0]) == std::string::npos &&
                state.find(ids[1]) == std::string::npos;
     };
-    const auto deadline = Clock::now() + 60s;
-    while (Clock::now() < deadline && !gone()) {
-        std::this_thread::sleep_for(100ms);
-    }
+    poll_until(gone, 60s, 100ms);
     EXPECT_TRUE(listed_ids(sdk).empty());
     const auto state = slurp(disk.path() / "emulator" / "state.json");
     for (const auto& id : ids) {
@@ -304,20 +303,15 @@ TEST(EmulatorRecovery, ADiskImageImportThatFindsNoSpaceStaysPendingAndIsReadyOnc
     }
     disk.free_space();
     // Without a restart: Ready in memory, then on disk.
-    const auto deadline = Clock::now() + 60s;
     std::string state;
-    while (Clock::now() < deadline && (state = image_state(sdk, id)) == "Pending") {
-        std::this_thread::sleep_for(100ms);
-    }
+    poll_until([&] { return (state = image_state(sdk, id)) != "Pending"; }, 60s, 100ms);
     EXPECT_EQ(state, "Ready") << slurp(emulator.log()).substr(0, 4000);
     const auto saved = [&] {
         const auto text = slurp(disk.path() / "emulator" / "state.json");
         const auto at = text.find(id);
         return at != std::string::npos && text.find("Ready", at) != std::string::npos;
     };
-    while (Clock::now() < deadline && !saved()) {
-        std::this_thread::sleep_for(100ms);
-    }
+    poll_until(saved, 60s, 100ms);
     EXPECT_TRUE(saved()) << slurp(disk.path() / "emulator" / "state.json");
     EXPECT_EQ(sdk.call("DELETE", "/diskimages/" + id).status, 202);
 }
@@ -429,11 +423,12 @@ TEST(EmulatorFileWrites, OverwriteKeepsTheFilesModeAndAnInterruptedUploadChanges
                               : std::string();
     };
     const std::string target = sandbox + "/files?path=/maf-sandbox/work/kept.txt&" + kApi;
-    for (int i = 0; i < 600 && plain_request(port, "GET", sandbox + "?" + kApi, {}, "text/plain")
-                                       .second.find("\"Running\"") == std::string::npos;
-         ++i) {
-        std::this_thread::sleep_for(100ms);
-    }
+    ASSERT_TRUE(poll_until(
+        [&] {
+            return plain_request(port, "GET", sandbox + "?" + kApi, {}, "text/plain")
+                       .second.find("\"Running\"") != std::string::npos;
+        },
+        60s, 100ms));
     ASSERT_EQ(plain_request(port, "PUT", target + "&createDirs=true&mode=0640", "old",
                             "application/octet-stream")
                   .first,
@@ -453,11 +448,11 @@ TEST(EmulatorFileWrites, OverwriteKeepsTheFilesModeAndAnInterruptedUploadChanges
     EXPECT_EQ(exec("cat /maf-sandbox/work/kept.txt"), "new");
     EXPECT_EQ(plain_request(port, "DELETE", sandbox + "?" + kApi, {}, "text/plain").first, 202);
     // Sandboxes outlive the emulator: wait (bounded) until this one is gone.
-    for (int i = 0;
-         i < 300 && plain_request(port, "GET", sandbox + "?" + kApi, {}, "text/plain").first != 404;
-         ++i) {
-        std::this_thread::sleep_for(100ms);
-    }
+    EXPECT_TRUE(poll_until(
+        [&] {
+            return plain_request(port, "GET", sandbox + "?" + kApi, {}, "text/plain").first == 404;
+        },
+        30s, 100ms));
 }
 
 // What a crash between staging and the rename leaves: the staged sibling, named as the emulator
@@ -467,7 +462,7 @@ TEST(EmulatorFileWrites, AStagedSiblingACrashLeftIsSweptByTheNextWriteAndLookAli
     TempDir dir;
     boost::asio::io_context io;
     std::string id;
-    staging::Key key{};
+    std::optional<staging::StageKey> key;
     {
         std::ifstream in(dir.path() / "emulator" / "stage.key", std::ios::binary);
         EXPECT_FALSE(in.good()) << "a fresh state directory has no key yet";
@@ -483,11 +478,12 @@ TEST(EmulatorFileWrites, AStagedSiblingACrashLeftIsSweptByTheNextWriteAndLookAli
         SdkClient sdk(io, dir.path() / "ca.pem", emulator.base_url());
         id = sdk.create();
         sdk.wait_for_state(id, "Running");
-        std::ifstream in(dir.path() / "emulator" / "stage.key", std::ios::binary);
-        ASSERT_TRUE(in.read(reinterpret_cast<char*>(key.data()), key.size()));
-        leftover = staging::staged_name(key, gone_writer, 0x12ab);
-        ASSERT_TRUE(staging::staged_by(key, leftover).has_value());
-        ASSERT_FALSE(staging::staged_by(key, forged).has_value());
+        const auto secret = slurp(dir.path() / "emulator" / "stage.key");
+        ASSERT_EQ(secret.size(), staging::kStageKeyBytes);
+        key.emplace(std::span(reinterpret_cast<const std::uint8_t*>(secret.data()), secret.size()));
+        leftover = staging::staged_name(*key, gone_writer, 0x12ab);
+        ASSERT_TRUE(staging::staged_by(*key, leftover).has_value());
+        ASSERT_FALSE(staging::staged_by(*key, forged).has_value());
         const auto planted = sdk.exec(
             id, fmt::format("mkdir -p /maf-sandbox/work/d && cd /maf-sandbox/work/d && "
                             "printf partial > {} && printf mine > {} && printf notes > {} && "
@@ -515,26 +511,6 @@ TEST(EmulatorFileWrites, AStagedSiblingACrashLeftIsSweptByTheNextWriteAndLookAli
     EXPECT_NE(after.find("new.txt"), std::string::npos) << after;
     EXPECT_EQ(sdk.exec(id, "cat /maf-sandbox/work/d/new.txt").at("stdout").as_string(), "fresh");
     sdk.delete_all();
-}
-
-TEST(EmulatorStaging, SipHashMatchesTheReferenceVectorAndTagsAreKeyed) {
-    staging::Key key{};
-    for (std::size_t i = 0; i < key.size(); ++i) {
-        key[i] = static_cast<std::uint8_t>(i);
-    }
-    // SipHash-2-4 with key 00..0f: the empty message, and the 15-byte message 00..0e.
-    EXPECT_EQ(staging::siphash24(key, nullptr, 0), 0x726fdb47dd0e0e31ULL);
-    std::uint8_t message[15];
-    for (std::size_t i = 0; i < sizeof message; ++i) {
-        message[i] = static_cast<std::uint8_t>(i);
-    }
-    EXPECT_EQ(staging::siphash24(key, message, sizeof message), 0xa129ca6149be45e5ULL);
-    const auto name = staging::staged_name(key, 4242, 7);
-    EXPECT_EQ(staging::staged_by(key, name), std::optional<pid_t>(4242));
-    staging::Key other = key;
-    other[0] ^= 1;
-    EXPECT_FALSE(staging::staged_by(other, name).has_value()) << "another key's name verified";
-    EXPECT_FALSE(staging::staged_by(key, name.substr(0, name.size() - 1) + "x").has_value());
 }
 
 TEST(EmulatorHttp, OverLimitBodyIsRefused413FromItsHeadersAndTheConnectionClosesCleanly) {

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "../emulator/emulator_fixture.hpp"
+#include "fault_rig.hpp"
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
@@ -48,76 +48,28 @@ Timed run_timed(boost::asio::io_context& io, Task<void> task) {
     return timed;
 }
 
-// One emulator with faults that the test switches through PUT /admin/faults, and a client that
-// sees the group without faults once they are off.
-class FaultRig {
-  public:
-    FaultRig() : emulator_(dir_.path()), sdk_(io_, dir_.path() / "ca.pem", emulator_.base_url()) {}
-
-    void set_faults(const json::object& faults) {
-        const auto r = sdk_.raw("PUT", "/admin/faults", json::serialize(faults));
-        ASSERT_EQ(r.status, 200) << r.body;
+// The group's sandboxes, "id (State)" each (faults must be off).
+std::vector<std::string> listed(FaultRig& rig) {
+    std::vector<std::string> ids;
+    for (const auto& s : rig.sandboxes()) {
+        ids.emplace_back(std::string(s.at("id").as_string()) + " (" +
+                         std::string(s.at("state").as_string()) + ")");
     }
-    void clear_faults() { set_faults({}); }
+    return ids;
+}
 
-    // Deadlines short enough for a test, retries still those of a well-behaved client.
-    acas::AcasSandboxConfig config() const {
-        acas::AcasSandboxConfig c;
-        c.endpoint = emulator_.base_url();
-        c.subscription_id = "00000000-0000-0000-0000-000000000000";
-        c.resource_group = "rg-test";
-        c.sandbox_group = "group-test";
-        c.ca_file = (dir_.path() / "ca.pem").string();
-        c.token = "test-token";
-        c.emulator = true;
-        c.poll_interval = Seconds{0.1};
-        c.create_timeout = Seconds{20.0};
-        c.delete_timeout = Seconds{10.0};
-        c.resume_timeout = Seconds{10.0};
-        c.probe_timeout = Seconds{10.0};
-        c.read_timeout = Seconds{10.0};
-        c.client_wait = Seconds{10.0};
-        c.retry.initial_backoff = Seconds{0.05};
-        c.retry.max_backoff = Seconds{0.2};
-        c.silence_preview_warning = true;
-        return c;
+// Faults off, then the host's cleanup (dispose of the key, retrying what the backend kept for
+// retry) must leave the group empty: no sandbox leaked.
+void expect_nothing_leaked(FaultRig& rig, acas::AcasBackend& backend,
+                           const std::vector<SandboxKey>& keys) {
+    rig.clear_faults();
+    for (const auto& key : keys) {
+        const auto failure = run_blocking(rig.io(), backend.dispose(key, std::nullopt));
+        EXPECT_FALSE(failure.has_value()) << "dispose after the faults: " << failure->detail;
     }
-
-    // The group's sandboxes as the emulator lists them (faults must be off).
-    std::vector<std::string> listed() {
-        std::vector<std::string> ids;
-        const auto r = sdk_.call("GET", "/sandboxes");
-        EXPECT_EQ(r.status, 200) << r.body;
-        if (r.status == 200) {
-            const auto listing = SdkClient::body(r);  // named: the loop borrows from it
-            for (const auto& s : listing.at("value").as_array()) {
-                ids.emplace_back(std::string(s.at("id").as_string()) + " (" +
-                                 std::string(s.at("state").as_string()) + ")");
-            }
-        }
-        return ids;
-    }
-
-    // Faults off, then the host's cleanup (dispose of the key, retrying what the backend kept
-    // for retry) must leave the group empty: no sandbox leaked.
-    void expect_nothing_leaked(acas::AcasBackend& backend, const std::vector<SandboxKey>& keys) {
-        clear_faults();
-        for (const auto& key : keys) {
-            const auto failure = run_blocking(io_, backend.dispose(key, std::nullopt));
-            EXPECT_FALSE(failure.has_value()) << "dispose after the faults: " << failure->detail;
-        }
-        EXPECT_TRUE(listed().empty()) << "leaked: " << fmt::format("{}", fmt::join(listed(), ", "));
-    }
-
-    boost::asio::io_context& io() { return io_; }
-    SdkClient& sdk() { return sdk_; }
-
-  private:
-    TempDir dir_;
-    boost::asio::io_context io_;
-    EmulatorProcess emulator_;
-    SdkClient sdk_;
-};
+    EXPECT_TRUE(listed(rig).empty())
+        << "leaked: " << fmt::format("{}", fmt::join(listed(rig), ", "));
+}
 
 SandboxSpec shell_spec() {
     SandboxSpecFields f;
@@ -237,7 +189,7 @@ TEST(EmulatorFaultsBackend, A429StormIsWaitedOutEveryStepFinishesAndNothingLeaks
         // A 429 with Retry-After means nothing ran: every request may wait it out, exec included.
         EXPECT_TRUE(outcome.finished) << outcome.failure;
     }
-    rig.expect_nothing_leaked(backend, keys);
+    expect_nothing_leaked(rig, backend, keys);
 }
 
 TEST(EmulatorFaultsBackend, A5xxBurstFinishesOrFailsTypedInTimeAndNothingLeaks) {
@@ -257,7 +209,7 @@ TEST(EmulatorFaultsBackend, A5xxBurstFinishesOrFailsTypedInTimeAndNothingLeaks) 
         }
     }
     RecordProperty("finished", finished);
-    rig.expect_nothing_leaked(backend, keys);
+    expect_nothing_leaked(rig, backend, keys);
 }
 
 TEST(EmulatorFaultsBackend, AnOutageOfOnly5xxFailsTheAcquireWithTheStatusAndCreatesNothing) {
@@ -272,7 +224,7 @@ TEST(EmulatorFaultsBackend, AnOutageOfOnly5xxFailsTheAcquireWithTheStatusAndCrea
     });
     EXPECT_NE(outcome.failure.find("503"), std::string::npos) << outcome.failure;
     rig.clear_faults();
-    EXPECT_TRUE(rig.listed().empty());
+    EXPECT_TRUE(listed(rig).empty());
 }
 
 TEST(EmulatorFaultsBackend, AnExecAnswered503IsNeverResentAndItsSandboxIsDisposed) {
@@ -293,10 +245,10 @@ TEST(EmulatorFaultsBackend, AnExecAnswered503IsNeverResentAndItsSandboxIsDispose
     // Whether it ran is unknown, so the backend disposed of the sandbox rather than reuse it.
     // What is left is its replacement, made before the deletion to carry the notice.
     rig.clear_faults();
-    const auto left = rig.listed();
+    const auto left = listed(rig);
     ASSERT_EQ(left.size(), 1u) << fmt::format("{}", fmt::join(left, ", "));
     EXPECT_FALSE(left[0].starts_with(old_id)) << left[0];
-    rig.expect_nothing_leaked(backend, {key});
+    expect_nothing_leaked(rig, backend, {key});
 }
 
 TEST(EmulatorFaultsBackend, LatencyWithinTheDeadlinesIsOnlySlower) {
@@ -308,7 +260,7 @@ TEST(EmulatorFaultsBackend, LatencyWithinTheDeadlinesIsOnlySlower) {
     const auto outcome = scenario(rig, backend, key);
     EXPECT_TRUE(outcome.finished) << outcome.failure;
     EXPECT_GT(seconds_since(start), 0.5);  // the latency was really there
-    rig.expect_nothing_leaked(backend, {key});
+    expect_nothing_leaked(rig, backend, {key});
 }
 
 TEST(EmulatorFaultsBackend, LatencyPastAnExecDeadlineFailsWithTimeoutOnTime) {
@@ -326,7 +278,7 @@ TEST(EmulatorFaultsBackend, LatencyPastAnExecDeadlineFailsWithTimeoutOnTime) {
     EXPECT_THROW(std::rethrow_exception(timed.failure), Timeout);
     // Reported on time; the backend disposes the sandbox in the background afterwards.
     EXPECT_LT(timed.seconds, 1.0 + 1.5);
-    rig.expect_nothing_leaked(backend, {key});
+    expect_nothing_leaked(rig, backend, {key});
 }
 
 TEST(EmulatorFaultsBackend, ConnectionsDroppedMidResponseFinishOrFailTypedAndNothingLeaks) {
@@ -338,7 +290,7 @@ TEST(EmulatorFaultsBackend, ConnectionsDroppedMidResponseFinishOrFailTypedAndNot
         keys.push_back(key_for("drop", i));
         report(keys.back(), scenario(rig, backend, keys.back()));
     }
-    rig.expect_nothing_leaked(backend, keys);
+    expect_nothing_leaked(rig, backend, keys);
 }
 
 TEST(EmulatorFaultsBackend, ADroppedCreateAnswerLeavesNoOrphanBehindAFailedAcquire) {
@@ -357,8 +309,8 @@ TEST(EmulatorFaultsBackend, ADroppedCreateAnswerLeavesNoOrphanBehindAFailedAcqui
     // The failed acquire found the sandbox its lost answer made (by its acquire nonce) and
     // deleted it: nothing is left even before the host's dispose.
     rig.clear_faults();
-    EXPECT_TRUE(rig.listed().empty()) << fmt::format("{}", fmt::join(rig.listed(), ", "));
-    rig.expect_nothing_leaked(backend, {key_for("orphan", 0)});
+    EXPECT_TRUE(listed(rig).empty()) << fmt::format("{}", fmt::join(listed(rig), ", "));
+    expect_nothing_leaked(rig, backend, {key_for("orphan", 0)});
 }
 
 TEST(EmulatorFaultsBackend, AnRbacWindowIsWaitedOutAndTheAcquireFinishes) {
@@ -373,7 +325,7 @@ TEST(EmulatorFaultsBackend, AnRbacWindowIsWaitedOutAndTheAcquireFinishes) {
     const auto outcome = scenario(rig, backend, key);
     EXPECT_TRUE(outcome.finished) << outcome.failure;
     EXPECT_GE(seconds_since(start), 1.5);
-    rig.expect_nothing_leaked(backend, {key});
+    expect_nothing_leaked(rig, backend, {key});
 }
 
 TEST(EmulatorFaultsBackend, AnRbacWindowLongerThanTheRetryWindowFailsAsAuthorization) {
@@ -387,7 +339,7 @@ TEST(EmulatorFaultsBackend, AnRbacWindowLongerThanTheRetryWindowFailsAsAuthoriza
                  acas::AcasAuthorizationError);
     EXPECT_LT(seconds_since(start), 1.0 + 2.0);
     rig.clear_faults();
-    EXPECT_TRUE(rig.listed().empty());
+    EXPECT_TRUE(listed(rig).empty());
 }
 
 }  // namespace

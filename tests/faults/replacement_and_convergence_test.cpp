@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "../emulator/emulator_fixture.hpp"
+#include "fault_rig.hpp"
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/acas/errors.hpp"
 #include "maf_sandbox/core/errors.hpp"
@@ -28,61 +28,30 @@
 namespace maf_sandbox::emulator::testing {
 namespace {
 
-class Rig {
+// The fault rig with the longer deadlines of racing replicas on a loaded machine.
+class Rig : public FaultRig {
   public:
-    Rig() : emulator_(dir_.path()), sdk_(io_, dir_.path() / "ca.pem", emulator_.base_url()) {}
-
-    void set_faults(const json::object& faults) {
-        const auto r = sdk_.raw("PUT", "/admin/faults", json::serialize(faults));
-        ASSERT_EQ(r.status, 200) << r.body;
-    }
-
     acas::AcasSandboxConfig config() const {
-        acas::AcasSandboxConfig c;
-        c.endpoint = emulator_.base_url();
-        c.subscription_id = "00000000-0000-0000-0000-000000000000";
-        c.resource_group = "rg-test";
-        c.sandbox_group = "group-test";
-        c.ca_file = (dir_.path() / "ca.pem").string();
-        c.token = "test-token";
-        c.emulator = true;
-        c.poll_interval = Seconds{0.1};
+        auto c = FaultRig::config();
         c.create_timeout = Seconds{60.0};
         c.delete_timeout = Seconds{20.0};
         c.resume_timeout = Seconds{30.0};
         c.probe_timeout = Seconds{30.0};
         c.read_timeout = Seconds{20.0};
         c.client_wait = Seconds{20.0};
-        c.retry.initial_backoff = Seconds{0.05};
-        c.retry.max_backoff = Seconds{0.2};
-        c.silence_preview_warning = true;
         return c;
     }
 
     // The group's sandboxes that are not being deleted (faults must be off).
     std::vector<std::string> live() {
         std::vector<std::string> ids;
-        const auto r = sdk_.call("GET", "/sandboxes");
-        EXPECT_EQ(r.status, 200) << r.body;
-        if (r.status == 200) {
-            const auto listing = SdkClient::body(r);
-            for (const auto& s : listing.at("value").as_array()) {
-                if (s.at("state").as_string() != "Deleting")
-                    ids.emplace_back(s.at("id").as_string());
+        for (const auto& s : sandboxes()) {
+            if (s.at("state").as_string() != "Deleting") {
+                ids.emplace_back(s.at("id").as_string());
             }
         }
         return ids;
     }
-
-    boost::asio::io_context& io() { return io_; }
-    const std::filesystem::path& dir() const { return dir_.path(); }
-    std::string endpoint() const { return emulator_.base_url(); }
-
-  private:
-    TempDir dir_;
-    boost::asio::io_context io_;
-    EmulatorProcess emulator_;
-    SdkClient sdk_;
 };
 
 SandboxSpec shell_spec() {

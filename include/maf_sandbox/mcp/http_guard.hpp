@@ -39,8 +39,8 @@ bool origin_allowed(const std::optional<std::string>& value, std::string_view ho
 // The address the server listens on (unbracketed): loopback per classify_host.
 bool is_loopback_bind(std::string_view host) noexcept;
 
-// 32 bytes from OpenSSL's RAND_bytes as 64 lowercase hex digits. Throws SystemError when the
-// random source fails.
+// 32 bytes from the kernel's random source (core's random_hex) as 64 lowercase hex digits.
+// Throws SystemError when the random source fails.
 std::string generate_bearer_token();
 
 // Whether an Authorization header value is `Bearer <expected>` (scheme case-insensitive). The

@@ -1,7 +1,8 @@
 // The egress proxy's allow-list. Found by running the egress batteries (tests/egress,
 // tests/egress_proxy) with the filter logging instead of refusing: every call listed here is one
 // the proxy or glibc under it made (getaddrinfo's netlink probe and UDP/TCP to the name server
-// included). tests/security/egress_identity_test.cpp proves the filter is on.
+// included). tests/egress_proxy/egress_proxy_filter_test.cpp proves what it allows and refuses,
+// and tests/egress/service_identity_test.cpp that the running proxy has it on.
 #include "egress_proxy_filter.hpp"
 
 #include <linux/netlink.h>

@@ -1,6 +1,7 @@
 // The egress proxy's own syscall filter: an allow-list of what the proxy does (its event loop,
 // TCP to the guest and upstream, name resolution, appending to its log) and nothing else.
-// Private to the supervisor; installed by the proxy process after it dropped to its service user.
+// Private to the egress room and the supervisor's network steps (guest_network.cpp), whose proxy
+// process installs it after dropping to its service user and before it serves.
 #pragma once
 
 #include <sys/types.h>
