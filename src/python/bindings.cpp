@@ -324,8 +324,7 @@ std::shared_ptr<acas::AcasBackend> acas_of(const BackendHandle& self) {
     return backend;
 }
 
-// A backend whose last reference may drop without the GIL (see Held): the deleter lets the GIL
-// go when it is held.
+// Made without the GIL: a local backend's constructor opens and checks its state directory.
 template <typename Backend, typename Config>
 std::shared_ptr<BackendHandle> make_backend(Config config) {
     std::shared_ptr<Backend> backend;

@@ -21,6 +21,11 @@ def spec():
     return SandboxSpec("cancel", requires=frozenset(Capability(c) for c in FILES))
 
 
+def cgroup_of(info):
+    """The name of a sandbox's cgroups in every hierarchy."""
+    return f"maf-sbx-{info.id}"
+
+
 async def started_pid(sandbox):
     """The guest pid the exec wrote once it runs, or None while it has not."""
     try:
@@ -49,6 +54,8 @@ def test_cancelling_a_running_exec_stops_it_and_leaves_no_sandbox(local_backend)
         assert pid, "the exec never started"
         running = await sandbox.exec(f"kill -0 {pid}")
         assert running.exit_code == 0  # seen running
+        # The host check below sees this sandbox's processes while it lives.
+        assert processes_in_cgroups_naming(cgroup_of(info))
 
         cancelled_at = time.monotonic()
         task.cancel()
@@ -60,8 +67,8 @@ def test_cancelling_a_running_exec_stops_it_and_leaves_no_sandbox(local_backend)
     assert took < 25, f"the cancellation waited for the program ({took:.1f} s)"
     # No sandbox: the registry has none, and no host process is left in its cgroups.
     assert local_backend.list() == ()
-    assert poll(lambda: not processes_in_cgroups_naming(info.id), timeout=30), (
-        f"processes left in {info.id}'s cgroups: {processes_in_cgroups_naming(info.id)}")
+    assert poll(lambda: not processes_in_cgroups_naming(cgroup_of(info)), timeout=30), (
+        f"processes left in {cgroup_of(info)}: {processes_in_cgroups_naming(cgroup_of(info))}")
 
 
 def test_a_cancelled_exec_kills_the_program_and_the_sandbox_stays_usable(local_backend):
