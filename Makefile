@@ -13,7 +13,7 @@ BACKEND    ?= acas
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all bootstrap build build-asan demo test test-main test-asan test-asan-full format clean bench fuzz
+.PHONY: all bootstrap build build-asan demo test test-main test-asan test-asan-full format clean bench fuzz install
 
 all: build
 
@@ -31,6 +31,10 @@ $(ASAN_BUILD)/build.ninja:
 
 build-asan: bootstrap $(ASAN_BUILD)/build.ninja
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+# What the configuration installs (so far the Python package: docs/python.md) under its prefix.
+install: build
+	cmake --install $(BUILD)
 
 demo: build
 	@BACKEND=$(BACKEND) scripts/demo $(BUILD)

@@ -19,3 +19,21 @@ endif()
 add_library(maf_boost INTERFACE)
 target_link_libraries(maf_boost INTERFACE Boost::headers Boost::json Threads::Threads)
 target_compile_definitions(maf_boost INTERFACE BOOST_ASIO_NO_DEPRECATED BOOST_ASIO_DISABLE_BOOST_COROUTINE)
+
+# The Python package (src/python) needs pybind11-dev and the interpreter Debian's python3-pybind11
+# and python3-pytest install into: the system python3, not one earlier on PATH (a pyenv shim) that
+# would have neither.
+set(maf_python_default OFF)
+if(NOT MAF_UNIT_ONLY AND NOT MAF_FUZZ AND NOT MAF_SANITIZE)
+  if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+    set(Python3_EXECUTABLE /usr/bin/python3)
+  endif()
+  find_package(Python3 COMPONENTS Interpreter Development.Module)
+  if(Python3_FOUND)
+    find_package(pybind11 CONFIG QUIET)
+  endif()
+  if(pybind11_FOUND)
+    set(maf_python_default ON)
+  endif()
+endif()
+option(MAF_PYTHON "Build the maf_sandbox Python package (pybind11)" ${maf_python_default})
