@@ -284,6 +284,19 @@ TEST(SandboxIdentity, TheUserNamespaceIsOwnedByTheSandboxsOwnUidNotHostRoot) {
     EXPECT_EQ(limit("msgqueue size"), "819200\n");
 }
 
+// A guest's core dump would go to the host's core_pattern (possibly a helper running as host root,
+// storing it outside the sandbox's disk limit): the hard limit is 0 and the guest cannot raise it.
+TEST(SandboxBudgets, TheGuestCannotDumpCore) {
+    Box box;
+    EXPECT_EQ(
+        box.sh("grep '^Max core file size' /proc/self/limits | awk '{print $5, $6}'").stdout_bytes,
+        "0 0\n");
+    // Control: lowering a limit the guest owns works, so the refusal below is about raising it.
+    EXPECT_EQ(box.sh("ulimit -S -n 100 && echo lowered").stdout_bytes, "lowered\n");
+    EXPECT_NE(box.sh("ulimit -c unlimited").exit_code, 0);
+    EXPECT_NE(box.sh("ulimit -H -c 1024").exit_code, 0);
+}
+
 TEST(SandboxIdentity, TheRegistryRecordsTheRangeAndTheClaimTableHoldsIt) {
     Box box;
     const auto record = only_record(box);

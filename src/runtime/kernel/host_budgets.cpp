@@ -48,7 +48,10 @@ std::uint64_t env_number(const char* name, std::uint64_t fallback, std::uint64_t
     return value;
 }
 
-constexpr int kCreationLimits[] = {RLIMIT_NOFILE, RLIMIT_SIGPENDING, RLIMIT_MSGQUEUE};
+// RLIMIT_CORE is 0, soft and hard: a guest's core dump would otherwise go to the host's
+// core_pattern, which may be a helper running as host root that stores it outside the sandbox's
+// disk limit. The guest cannot raise a hard limit (that needs CAP_SYS_RESOURCE on the host).
+constexpr int kCreationLimits[] = {RLIMIT_NOFILE, RLIMIT_SIGPENDING, RLIMIT_MSGQUEUE, RLIMIT_CORE};
 
 }  // namespace
 
@@ -139,7 +142,7 @@ ScopedCreationLimits::ScopedCreationLimits(const SandboxBudgets& budgets) {
     if (budgets.nofile == 0) {
         return;  // an older launcher's config: inherit as before
     }
-    const std::uint64_t values[] = {budgets.nofile, budgets.sigpending, budgets.msgqueue_bytes};
+    const std::uint64_t values[] = {budgets.nofile, budgets.sigpending, budgets.msgqueue_bytes, 0};
     for (std::size_t i = 0; i < std::size(kCreationLimits); ++i) {
         rlimit old{};
         ::getrlimit(kCreationLimits[i], &old);

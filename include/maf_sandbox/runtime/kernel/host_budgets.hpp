@@ -83,7 +83,8 @@ SandboxBudgets sandbox_budgets(const HostBudgets& budgets, std::uint64_t pids,
 
 // --- Applied in the supervisor ------------------------------------------------------------------
 
-// Sets RLIMIT_NOFILE, RLIMIT_SIGPENDING and RLIMIT_MSGQUEUE (soft and hard) of the calling
+// Sets RLIMIT_NOFILE, RLIMIT_SIGPENDING, RLIMIT_MSGQUEUE and RLIMIT_CORE (0: no core dumps
+// reach the host's core_pattern) (soft and hard) of the calling
 // process for its lifetime until destruction, which restores them (the caller must be root to
 // raise them back). Made around the creation of the sandbox's user namespace, whose limits the
 // kernel copies from its creator. Throws SystemError.
