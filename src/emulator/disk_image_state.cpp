@@ -1,11 +1,11 @@
 #include "disk_image_state.hpp"
 
-#include <utility>
+#include "wire_table.hpp"
 
 namespace maf_sandbox::emulator {
 namespace {
 
-constexpr std::array<std::pair<DiskImageState, std::string_view>, kDiskImageStates.size()> kWire{{
+constexpr WireTable<DiskImageState, kDiskImageStates.size()> kWire{{
     {DiskImageState::pending, "Pending"},
     {DiskImageState::ready, "Ready"},
     {DiskImageState::failed, "Failed"},
@@ -14,21 +14,11 @@ constexpr std::array<std::pair<DiskImageState, std::string_view>, kDiskImageStat
 }  // namespace
 
 std::string_view wire_name(DiskImageState state) {
-    for (const auto& [value, name] : kWire) {
-        if (value == state) {
-            return name;
-        }
-    }
-    return "Failed";  // unreachable: kWire names every enumerator
+    return spelling_in(kWire, state, "Failed");
 }
 
 std::optional<DiskImageState> disk_image_state_from_wire(std::string_view name) {
-    for (const auto& [value, spelled] : kWire) {
-        if (spelled == name) {
-            return value;
-        }
-    }
-    return std::nullopt;
+    return value_in(kWire, name);
 }
 
 }  // namespace maf_sandbox::emulator
