@@ -21,7 +21,7 @@
 
 #include "battery_fixture.hpp"
 #include "maf_sandbox/runtime/host/sandbox_process.hpp"
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/namespaces.hpp"
 
 namespace maf_sandbox::egress_testing {
 namespace {
