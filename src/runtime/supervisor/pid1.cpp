@@ -34,7 +34,7 @@
 
 namespace maf_sandbox::runtime {
 
-void report(std::string_view line) {
+void report_to_host(std::string_view line) {
     const std::string text = std::string(line) + "\n";
     [[maybe_unused]] auto n = ::write(kReadyFd, text.data(), text.size());
 }
@@ -67,7 +67,7 @@ LifecycleSignals block_lifecycle_signals() {
 // pipes, sockets, setresuid, capset, execve) is among the denied calls.
 void confine_once(const std::vector<sock_filter>& seccomp) {
     if (!drop_bounding_set() || !install_seccomp(seccomp)) {
-        report(
+        report_to_host(
             fmt::format("error: confining the sandbox's PID 1 (capability bounding set, "
                         "seccomp filter): {}",
                         std::strerror(errno)));
@@ -126,7 +126,7 @@ void return_startup_memory() {
     const auto report_ready = [&] {
         if (!ready_reported) {
             ready_reported = true;
-            report("ready");
+            report_to_host("ready");
             ::close(kReadyFd);
         }
     };
@@ -317,7 +317,7 @@ void make_undumpable() {
         return_startup_memory();                                       // 10.
         serve_execs(config, listener, cgroups, std::move(lifecycle));  // 11.
     } catch (const std::exception& e) {
-        report(fmt::format("error: {}", e.what()));
+        report_to_host(fmt::format("error: {}", e.what()));
         std::_Exit(1);
     }
 }

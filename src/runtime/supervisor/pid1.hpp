@@ -14,7 +14,7 @@
 namespace maf_sandbox::runtime {
 
 // Writes `line` and a newline to the host on kReadyFd: "ready", "pid N" or "error: ...".
-void report(std::string_view line);
+void report_to_host(std::string_view line);
 
 // PID 1's recipe, in the new namespaces, with the sandbox's root as the working directory: waits
 // for the host-side half's `go` on `go`, confines itself step by step and serves execs from

@@ -199,20 +199,20 @@ int supervisor_main(int argc, char** argv) {
         UniqueFd start(go[1]);
         write_id_maps(child, config.ids);
         network.start_outside(config, child);
-        report(fmt::format("pid {}", child));
+        report_to_host(fmt::format("pid {}", child));
         if (::write(start.get(), "g", 1) != 1) {
             throw SystemError(errno, "starting the sandbox's PID 1");
         }
         return 0;
     } catch (const SandboxEgressNotEnforced& e) {
         // Named, so launch_sandbox raises the same refusal rather than a generic failure.
-        report(fmt::format("error: {}: {}", e.type_name(), e.what()));
+        report_to_host(fmt::format("error: {}: {}", e.type_name(), e.what()));
         return 1;
     } catch (const InvalidArgument& e) {
-        report(fmt::format("error: {}: {}", e.type_name(), e.what()));
+        report_to_host(fmt::format("error: {}: {}", e.type_name(), e.what()));
         return 1;
     } catch (const std::exception& e) {
-        report(fmt::format("error: {}", e.what()));
+        report_to_host(fmt::format("error: {}", e.what()));
         return 1;
     }
 }
