@@ -1,5 +1,6 @@
-// The host side of host tools over exec: upload, launch, supervise under one deadline, serve
-// requests in id order, stop the program on expiry, and always remove the transport directory.
+// One concern, the host side of host tools over exec: upload, launch, supervise under one deadline,
+// serve requests in id order, stop the program on expiry, and always remove the transport
+// directory.
 #include "maf_sandbox/core/host_tools_over_exec.hpp"
 
 #include <fmt/format.h>

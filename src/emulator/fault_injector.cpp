@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "offload.hpp"
 #include "refusal.hpp"
+#include "timer_wait.hpp"
 #include "wire_format.hpp"
 
 namespace maf_sandbox::emulator {

@@ -3,6 +3,7 @@
 
 #include <boost/json/array.hpp>
 
+#include "disk_image_state.hpp"
 #include "field_support.hpp"
 #include "request_values.hpp"
 #include "routes.hpp"
@@ -18,7 +19,7 @@ json::object public_image_json(const PublicImage& image) {
     return json::object{
         {"name", image.name},
         {"id", image.name},
-        {"status", json::object{{"state", "Ready"}}},
+        {"status", json::object{{"state", wire_name(DiskImageState::ready)}}},
         {"description", fmt::format("local image '{}' (acas-emulator)", image.local_image)},
         {"tags", json::object{}}};
 }

@@ -1,11 +1,11 @@
 #include "sandbox_state.hpp"
 
-#include <utility>
+#include "wire_table.hpp"
 
 namespace maf_sandbox::emulator {
 namespace {
 
-constexpr std::array<std::pair<SandboxState, std::string_view>, kSandboxStates.size()> kWire{{
+constexpr WireTable<SandboxState, kSandboxStates.size()> kWire{{
     {SandboxState::creating, "Creating"},
     {SandboxState::running, "Running"},
     {SandboxState::stopped, "Stopped"},
@@ -17,21 +17,11 @@ constexpr std::array<std::pair<SandboxState, std::string_view>, kSandboxStates.s
 }  // namespace
 
 std::string_view wire_name(SandboxState state) {
-    for (const auto& [value, name] : kWire) {
-        if (value == state) {
-            return name;
-        }
-    }
-    return "Failed";  // unreachable: kWire names every enumerator
+    return spelling_in(kWire, state, "Failed");
 }
 
 std::optional<SandboxState> sandbox_state_from_wire(std::string_view name) {
-    for (const auto& [value, spelled] : kWire) {
-        if (spelled == name) {
-            return value;
-        }
-    }
-    return std::nullopt;
+    return value_in(kWire, name);
 }
 
 }  // namespace maf_sandbox::emulator

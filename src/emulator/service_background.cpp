@@ -8,12 +8,13 @@
 
 #include "egress_policy.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/off_loop.hpp"
 #include "maf_sandbox/runtime/host/images.hpp"
 #include "maf_sandbox/runtime/host/sandbox_process.hpp"
-#include "offload.hpp"
 #include "out_of_space.hpp"
 #include "request_values.hpp"
 #include "sandbox_service.hpp"
+#include "timer_wait.hpp"
 
 namespace maf_sandbox::emulator {
 namespace asio = boost::asio;
@@ -102,7 +103,7 @@ Task<void> SandboxService::launch(SandboxDoc doc) {
         try {
             auto self = shared_from_this();
             auto job = [self, launch]() { return self->engine_->launch(launch); };
-            handle = co_await offload(pool_, job);
+            handle = co_await off_loop(pool_, job);
             failure.clear();
         } catch (const std::exception& e) {
             failure = e.what();
@@ -174,7 +175,7 @@ Task<void> SandboxService::destroy(std::string id, json::object handle) {
                 self->thaw_for_delete(h);
                 self->engine_->destroy(h);
             };
-            co_await offload(pool_, job);
+            co_await off_loop(pool_, job);
         } catch (const std::exception& e) {
             logger_->error("deleting sandbox {}: {}; trying again shortly", id, e.what());
             work_.end_delete(id, kDeleteRetryAfter);
@@ -228,7 +229,7 @@ void SandboxService::apply_freeze(const std::string& id) {
 Task<void> SandboxService::offload_freeze(const std::string& id) {
     auto self = shared_from_this();
     auto job = [self, id]() { self->apply_freeze(id); };
-    co_await offload(pool_, job);
+    co_await off_loop(pool_, job);
 }
 
 }  // namespace maf_sandbox::emulator

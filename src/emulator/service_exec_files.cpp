@@ -7,7 +7,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "file_plane.hpp"
-#include "offload.hpp"
+#include "maf_sandbox/core/off_loop.hpp"
 #include "refusal.hpp"
 #include "sandbox_service.hpp"
 
@@ -36,7 +36,7 @@ Task<ShellResult> SandboxService::exec(const std::string& id, ShellCommand comma
     };
     EngineExec result;
     try {
-        result = co_await offload(pool_, job);
+        result = co_await off_loop(pool_, job);
     } catch (const UnusableWorkingDirectory& e) {
         // The caller's mistake, as the service would answer it: never a 5xx, which every client
         // retries (one call became four).
@@ -71,7 +71,7 @@ auto SandboxService::with_plane(const FileTarget& target, F&& fn) {
         FilePlane plane(authority, self->store_.stage_key());
         return fn(plane);
     };
-    return offload(pool_, std::move(job));
+    return off_loop(pool_, std::move(job));
 }
 
 // Each operation names its job before awaiting it: GCC 12 destroys a lambda temporary of a

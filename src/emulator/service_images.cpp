@@ -6,10 +6,11 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 
-#include "offload.hpp"
+#include "maf_sandbox/core/off_loop.hpp"
 #include "out_of_space.hpp"
 #include "refusal.hpp"
 #include "sandbox_service.hpp"
+#include "timer_wait.hpp"
 
 namespace maf_sandbox::emulator {
 namespace asio = boost::asio;
@@ -67,7 +68,7 @@ DiskImageDoc SandboxService::create_disk_image(const NewDiskImage& request) {
     doc.labels = request.labels;
     doc.name = request.name;
     doc.created_at = iso_time(unix_now());
-    doc.state = "Pending";
+    doc.state = DiskImageState::pending;
     store_.put(doc);
     auto self = shared_from_this();
     asio::co_spawn(
@@ -80,7 +81,7 @@ Task<void> SandboxService::import_disk_image(DiskImageDoc doc) {
     DiskImageDoc done = doc;
     const auto archive = registry_.find(doc.base);
     if (!archive) {
-        done.state = "Failed";
+        done.state = DiskImageState::failed;
         done.message = fmt::format(
             "failed to pull '{}': manifest unknown. The emulator's local registry has no such "
             "reference; run `acas-emulator images add ARCHIVE --ref {}`",
@@ -104,8 +105,8 @@ Task<void> SandboxService::import_disk_image(DiskImageDoc doc) {
                 auto job = [self, archive, local]() {
                     self->engine_->import_image(*archive, local);
                 };
-                co_await offload(pool_, job);
-                done.state = "Ready";
+                co_await off_loop(pool_, job);
+                done.state = DiskImageState::ready;
                 done.local_image = local;
             } catch (const std::exception& e) {
                 // The reason names host paths: logged; the status says where it is.
@@ -114,7 +115,7 @@ Task<void> SandboxService::import_disk_image(DiskImageDoc doc) {
                     logger_->error("disk image {}: importing '{}' failed: {}", doc.id, doc.base,
                                    e.what());
                 }
-                done.state = "Failed";
+                done.state = DiskImageState::failed;
                 done.message =
                     no_space
                         ? fmt::format(
@@ -134,10 +135,10 @@ Task<void> SandboxService::import_disk_image(DiskImageDoc doc) {
     try {
         store_.record(done);
     } catch (const std::exception& e) {
-        logger_->error("disk image {}: recording it as {} failed: {}", doc.id, done.state,
-                       e.what());
+        logger_->error("disk image {}: recording it as {} failed: {}", doc.id,
+                       wire_name(done.state), e.what());
     }
-    logger_->info("disk image {} ({}) is {}", doc.id, doc.base, done.state);
+    logger_->info("disk image {} ({}) is {}", doc.id, doc.base, wire_name(done.state));
 }
 
 }  // namespace maf_sandbox::emulator

@@ -124,9 +124,9 @@ std::string SandboxService::resolve_image(const NewSandbox& request) const {
             throw Refusal{404, "DiskImageNotFound",
                           fmt::format("Disk image '{}' was not found.", id)};
         }
-        if (image->state != "Ready") {
+        if (image->state != DiskImageState::ready) {
             throw Refusal{409, "DiskImageNotReady",
-                          fmt::format("Disk image '{}' is {}.", id, image->state)};
+                          fmt::format("Disk image '{}' is {}.", id, wire_name(image->state))};
         }
         return image->local_image;
     }
@@ -135,7 +135,7 @@ std::string SandboxService::resolve_image(const NewSandbox& request) const {
         return it->second;
     }
     for (const auto& image : store_.disk_images()) {
-        if (!name.empty() && image.name == name && image.state == "Ready" &&
+        if (!name.empty() && image.name == name && image.state == DiskImageState::ready &&
             in_group(image.group, request.group)) {
             return image.local_image;
         }

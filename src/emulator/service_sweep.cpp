@@ -127,8 +127,9 @@ void SandboxService::resolve_stuck() {
         } else if (doc.state == SandboxState::creating &&
                    unix_now() - doc.state_since > kStuckCreatingSeconds) {
             const bool alive = !doc.handle.empty() && engine_->alive(doc.handle);
-            logger_->warn("sandbox {} was left Creating; now {}", doc.id,
-                          alive ? "Running" : "Failed");
+            logger_->warn("sandbox {} was left {}; now {}", doc.id,
+                          wire_name(SandboxState::creating),
+                          wire_name(alive ? SandboxState::running : SandboxState::failed));
             store_.record(doc.id, [&](SandboxDoc& d) {
                 if (d.state != SandboxState::creating) {
                     return;

@@ -115,7 +115,7 @@ json::object image_to_state(const DiskImageDoc& d) {
                         {"name", d.name},
                         {"labels", labels_json(d.labels)},
                         {"base", d.base},
-                        {"state", d.state},
+                        {"state", wire_name(d.state)},
                         {"message", d.message},
                         {"createdAt", d.created_at},
                         {"localImage", d.local_image}};
@@ -128,7 +128,8 @@ DiskImageDoc image_from_state(const json::object& o) {
     d.name = str(o, "name");
     d.labels = labels_of(obj(o, "labels"));
     d.base = str(o, "base");
-    d.state = str(o, "state");
+    // A spelling no emulator wrote (a hand-edited file) reads as an import that failed.
+    d.state = disk_image_state_from_wire(str(o, "state")).value_or(DiskImageState::failed);
     d.message = str(o, "message");
     d.created_at = str(o, "createdAt");
     d.local_image = str(o, "localImage");
@@ -197,7 +198,7 @@ json::object SandboxDoc::to_wire(const std::string& region) const {
 }
 
 json::object DiskImageDoc::to_wire() const {
-    json::object status{{"state", state}, {"createdAt", created_at}};
+    json::object status{{"state", wire_name(state)}, {"createdAt", created_at}};
     if (!message.empty()) {
         status["message"] = message;
     }

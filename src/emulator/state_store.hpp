@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "disk_image_state.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 #include "sandbox_state.hpp"
 #include "stage_key.hpp"
@@ -58,8 +59,8 @@ struct DiskImageDoc {
     std::string group;
     std::string name;
     std::map<std::string, std::string> labels;
-    std::string base;               // the registry reference it was imported from
-    std::string state = "Pending";  // Pending, Ready, Failed
+    std::string base;  // the registry reference it was imported from
+    DiskImageState state = DiskImageState::pending;
     std::string message;
     std::string created_at;
     std::string local_image;  // the runtime image it became

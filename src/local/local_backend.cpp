@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "local_sandbox.hpp"
+#include "maf_sandbox/core/declarations_check.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/labels.hpp"
 #include "maf_sandbox/core/off_loop.hpp"
@@ -382,6 +383,9 @@ Task<std::shared_ptr<Sandbox>> LocalBackend::acquire(SandboxKey key, SandboxSpec
     if (impl_->closed) {
         throw Error("the local backend is closed; create a new one");
     }
+    // A direct caller is refused what the router would refuse it (what this backend does not
+    // declare), before any sandbox is looked up or made.
+    ensure_declared(spec, name(), declarations());
     auto impl = impl_;
     return off_loop(*impl->pool, [impl, key, spec] { return impl->acquire_blocking(key, spec); });
 }

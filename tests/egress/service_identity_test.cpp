@@ -21,7 +21,7 @@
 
 #include "battery_fixture.hpp"
 #include "maf_sandbox/runtime/host/sandbox_process.hpp"
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/namespaces.hpp"
 #include "polling.hpp"
 #include "process_probe.hpp"
 

@@ -246,10 +246,10 @@ TEST_F(SandboxServiceTest, ASandboxFromADiskImageThatIsNotReadyOrUnknownIsRefuse
 
     // A base the registry stand-in does not hold fails its import.
     const auto image = service_->create_disk_image(NewDiskImage{kGroup, "nowhere/none:1", "", {}});
-    EXPECT_EQ(image.state, "Pending");
-    ASSERT_TRUE(
-        wait_for([&] { return service_->disk_image(kGroup, image.id).state != "Pending"; }));
-    EXPECT_EQ(service_->disk_image(kGroup, image.id).state, "Failed");
+    EXPECT_EQ(image.state, DiskImageState::pending);
+    ASSERT_TRUE(wait_for(
+        [&] { return service_->disk_image(kGroup, image.id).state != DiskImageState::pending; }));
+    EXPECT_EQ(service_->disk_image(kGroup, image.id).state, DiskImageState::failed);
     request.disk_image_id = image.id;
     refusal = refusal_of([&] { service_->create(request); });
     EXPECT_EQ(refusal.status, 409);

@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "maf_sandbox/core/conformance.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/router.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/local/warm_lookup.hpp"
@@ -68,6 +72,36 @@ TEST(LocalBackend, EveryAcquireAtCallScopeCreates) {
     run_blocking(backend.acquire(key, spec_for(IsolationScope::call)));
     EXPECT_EQ(backend.list({}).size(), 2u);
     EXPECT_EQ(run_blocking(backend.dispose_scope("s", "t")).disposed, 2);
+}
+
+// The error an acquire ends in, as its type and message; empty when it succeeds.
+std::string refusal_of(const std::function<void()>& acquire) {
+    try {
+        acquire();
+    } catch (const Error& e) {
+        return fmt::format("{}: {}", e.type_name(), e.what());
+    }
+    return {};
+}
+
+TEST(LocalBackend, ADirectAcquireNeedingAnUndeclaredCapabilityIsRefusedAsTheRouterRefusesIt) {
+    StateDir state;
+    auto backend = std::make_shared<LocalBackend>(config_for(state));
+    SandboxRouterOptions options;
+    options.min_isolation = Isolation::container;
+    SandboxRouter router({backend}, options);
+    SandboxSpecFields fields;
+    fields.kind = "shell";
+    fields.requires_capabilities = {Capability::exec, Capability::snapshot};
+    const SandboxSpec spec(fields);
+    const SandboxKey key{"s", "t", "a", ""};
+
+    const auto routed = refusal_of([&] { run_blocking(router.acquire(key, spec)); });
+    const auto direct = refusal_of([&] { run_blocking(backend->acquire(key, spec)); });
+    EXPECT_TRUE(routed.starts_with("SandboxCapabilityNotSupported: ")) << routed;
+    EXPECT_EQ(direct, routed);
+    EXPECT_THROW(run_blocking(backend->acquire(key, spec)), SandboxCapabilityNotSupported);
+    EXPECT_TRUE(backend->list({}).empty());
 }
 
 TEST(LocalBackend, FilesAreNativeOwnedByTheGuestAndOutputOverTheCapRaises) {

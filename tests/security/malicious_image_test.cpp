@@ -15,7 +15,7 @@
 
 #include "../runtimefs/tar_builder.hpp"
 #include "maf_sandbox/runtime/host/images.hpp"
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/mounts.hpp"
 #include "maf_sandbox/runtime/wire/registry.hpp"
 #include "security_fixture.hpp"
 

@@ -1,5 +1,5 @@
 // The host's half of a sandbox's root: what an image asks for, as the plan the supervisor's
-// prepare_root (kernel/mounts.cpp) builds.
+// prepare_root (kernel/mounts_host.cpp) builds.
 #include "maf_sandbox/runtime/host/images.hpp"
 
 namespace maf_sandbox::runtime {

@@ -1,4 +1,5 @@
-// Launching a sandbox's supervisor detached from its creator, and tearing a sandbox down again.
+// One concern, a sandbox's supervisor process from its launch to its end: launching it detached
+// from its creator, checking the handles read back from records, and tearing the sandbox down.
 #include "maf_sandbox/runtime/host/sandbox_process.hpp"
 
 #include <fcntl.h>

@@ -7,7 +7,7 @@
 
 #include <cerrno>
 
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/capabilities.hpp"
 
 namespace maf_sandbox::runtime {
 

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "maf_sandbox/core/errors.hpp"
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/namespaces.hpp"
 
 namespace maf_sandbox::runtime {
 

@@ -19,7 +19,7 @@
 #include <fmt/format.h>
 
 #include "maf_sandbox/core/errors.hpp"
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/seccomp.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace maf_sandbox::runtime {

@@ -16,8 +16,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <initializer_list>
 
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/capabilities.hpp"
 
 namespace maf_sandbox::runtime {
 

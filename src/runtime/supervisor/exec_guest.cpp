@@ -1,5 +1,6 @@
-// The guest process of one exec: its preparation, its wait for the request and its execve
-// (exec_guest.hpp).
+// One concern: the guest process of one exec, from its preparation through its wait for the
+// request to its execve (exec_guest.hpp). Over 500 lines because the process's recipe is here
+// whole, each step a function, with the memory it shares with its handler until execve.
 #include "exec_guest.hpp"
 #include "../kernel/fd_ops.hpp"
 #include "../kernel/raw_syscall.hpp"
@@ -24,8 +25,6 @@
 
 #include <fmt/format.h>
 #include <boost/json.hpp>
-
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -222,80 +221,79 @@ long drop_capabilities_raw() noexcept {
     return raw::call(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
 }
 
-// The guest process. Its two rules (exec_guest.hpp): the heap and errno only while the handler is
-// blocked (until `ready` is written, then from accept to the hand-over), raw calls only after.
-// The guest's recipe, in order (PID 1 already gave it the empty bounding set, no_new_privs and the
-// seccomp filter, inherited):
-//   1. a clean signal state, a session of its own, the exec's cgroup, its stdio, every other
-//      descriptor close-on-exec (heap allowed: the handler waits for `ready`);
-//   2. the guest's groups (raw calls: glibc's wrappers would change the handler's threads too);
-//   3. the parent-death signal, after the groups (whose change clears it);
-//   4. `ready`: from here raw calls only, but from accept to the hand-over;
-//   5. the launch: its own accepted connection handed to the handler, or the handler's command;
-//   6. the guest's user, then no capability left (clearing the permitted set clears the ambient);
-//   7. the working directory, then execve of the first candidate that exists.
-[[noreturn]] void guest_main(const GuestStart& given) {
-    const GuestStart start = given;
-    const auto& config = *start.context->config;
-    GuestShared& shared = *start.shared;
-    const auto fail_with = [&](int stage, long error) {
-        const ChildFailure failure{stage, static_cast<int>(error)};
-        raw::call(SYS_write, start.fail, raw::arg(&failure), sizeof failure);
-        ::_exit(127);
-    };
-    // Part one: the handler waits for `ready`.
-    // 1.
+// The guest's failure report: the stage and errno on the failure pipe, for the handler to name.
+[[noreturn]] void fail_with(const GuestStart& start, int stage, long error) {
+    const ChildFailure failure{stage, static_cast<int>(error)};
+    raw::call(SYS_write, start.fail, raw::arg(&failure), sizeof failure);
+    ::_exit(127);
+}
+
+// Step 1 (heap allowed: the handler waits for `ready`): a clean signal state, a session of its
+// own, the exec's cgroup, its stdio, every other descriptor close-on-exec. It waits still as the
+// sandbox's root (no bounding set, no_new_privs, filtered: PID 1's, inherited) so that guest
+// processes, which run as the guest user, cannot signal the next exec's process; dumpable is off
+// (inherited from PID 1), so they cannot read its descriptors or its memory either.
+void take_exec_cgroup_and_stdio(const GuestStart& start, GuestShared& shared,
+                                const SupervisorConfig& config) {
     sigset_t all;
     sigemptyset(&all);
     ::sigprocmask(SIG_SETMASK, &all, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
     ::setsid();
     if (start.cgroup != nullptr && !start.cgroup->join_self()) {
-        fail_with(0, errno);
+        fail_with(start, 0, errno);
     }
     ::dup2(start.in, 0);
     ::dup2(start.out, 1);
     ::dup2(start.err, 2);
     ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
-    // Waits still as the sandbox's root (no bounding set, no_new_privs, filtered: PID 1's,
-    // inherited) so that guest processes, which run as the guest user, cannot signal the next
-    // exec's process; dumpable is off (inherited from PID 1), so they cannot read its descriptors
-    // or its memory either.
     if (start.listener >= 0) {
         shared.peek.emplace(config);
     }
-    // (perf) The guest's groups now, while waiting, and its user only once the launch is known:
-    // signals are checked against the user, never the groups, so guest processes still cannot
-    // signal this one.
-    // Raw calls: glibc's wrappers would apply the change to every thread it knows of, and the
-    // threads it knows of are the handler's.
-    // 2.
+}
+
+// Step 2: the guest's groups now, while waiting, and its user only once the launch is known:
+// signals are checked against the user, never the groups, so guest processes still cannot signal
+// this one. Raw calls: glibc's wrappers would apply the change to every thread it knows of, and
+// the threads it knows of are the handler's.
+void take_guest_groups(const GuestStart& start, const SupervisorConfig& config) {
     const gid_t groups[1] = {config.guest_gid};
     if (const long result = raw::call(SYS_setgroups, 1, raw::arg(groups)); result < 0) {
-        fail_with(1, -result);
+        fail_with(start, 1, -result);
     }
     if (const long result =
             raw::call(SYS_setresgid, config.guest_gid, config.guest_gid, config.guest_gid);
         result < 0) {
-        fail_with(1, -result);
+        fail_with(start, 1, -result);
     }
-    // 3. Never outlives its handler (the OOM killer could take one): waiting in accept, it would
-    // take the next connection with nobody to hand it to. Set after the groups, whose change clears
-    // it. A program the handler still answers for is never ended by it: the handler waits for the
-    // program before it exits (and a switch to a guest user other than root clears it).
+}
+
+// Step 3: never outlives its handler (the OOM killer could take one): waiting in accept, it would
+// take the next connection with nobody to hand it to. Set after the groups, whose change clears
+// it. A program the handler still answers for is never ended by it: the handler waits for the
+// program before it exits (and a switch to a guest user other than root clears it).
+void die_with_handler(const GuestStart& start) {
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || ::getppid() != start.handler) {
         ::_exit(0);
     }
-    // 4. Part two: the handler runs. Raw calls only, except from accept to the hand-over, while the
-    // handler waits for it.
+}
+
+// Step 4: the handler runs from here. Raw calls only, except from accept to the hand-over, while
+// the handler waits for it.
+void report_ready(const GuestStart& start) {
     raw::call(SYS_write, start.ready, raw::arg("r"), 1);
     raw::call(SYS_close, start.ready);
-    // 5.
+}
+
+// Step 5: the launch, either read from a connection this process accepts itself and hands to the
+// handler, or the one the handler sends on the command pipe.
+const Launch& receive_launch(const GuestStart& start, GuestShared& shared,
+                             const SupervisorConfig& config) {
     bool launching = false;
     if (start.listener >= 0) {
-        // (perf, exec round trip) The connection wakes this process, not the handler, which would
-        // then have to wake us in turn: one cross-process wake-up fewer before the program starts.
-        // The handler, woken by the hand-over, supervises while the program starts.
+        // The connection wakes this process, not the handler, which would then have to wake us in
+        // turn: one cross-process wake-up fewer before the program starts. The handler, woken by
+        // the hand-over, supervises while the program starts.
         const int accepted = accept_connection(start.listener);
         if (accepted < 0) {
             ::_exit(0);  // the handler sees the hand-over channel close and accepts itself
@@ -307,9 +305,9 @@ long drop_capabilities_raw() noexcept {
         if (!detail::send_fd(start.handoff, accepted, launching ? kLaunching : kAwaitLaunch)) {
             ::_exit(0);
         }
-        // (perf) The hand-over channel is left to execve to close: closed here, while the
-        // connection may still be in flight to the handler, it waits for it; the handler closes
-        // its end as soon as it has the connection, and execve then closes ours for free.
+        // The hand-over channel is left to execve to close: closed here, while the connection may
+        // still be in flight to the handler, it waits for it; the handler closes its end as soon
+        // as it has the connection, and execve then closes ours for free.
         raw::call(SYS_close, accepted);
         raw::call(SYS_close, start.listener);
     }
@@ -324,26 +322,33 @@ long drop_capabilities_raw() noexcept {
         }
     }
     raw::call(SYS_close, start.command);
-    const Launch& launch = shared.launch;
-    // 6.
+    return shared.launch;
+}
+
+// Step 6: the guest's user, then no capability left (clearing the permitted set clears the
+// ambient one).
+void become_guest_user(const GuestStart& start, const SupervisorConfig& config) {
     if (const long result =
             raw::call(SYS_setresuid, config.guest_uid, config.guest_uid, config.guest_uid);
         result < 0) {
-        fail_with(1, -result);
+        fail_with(start, 1, -result);
     }
     if (const long result = drop_capabilities_raw(); result < 0) {
-        fail_with(2, -result);
+        fail_with(start, 2, -result);
     }
-    // 7.
+}
+
+// Step 7: the working directory, then execve of the first candidate that exists.
+[[noreturn]] void exec_program(const GuestStart& start, const GuestShared& shared,
+                               const Launch& launch) {
     if (const long result = raw::call(SYS_chdir, raw::arg(launch.cwd.c_str())); result < 0) {
-        fail_with(3, -result);
+        fail_with(start, 3, -result);
     }
     long exec_error = -ENOENT;
     for (const auto& candidate : launch.candidates) {
-        // (perf) A PATH entry without the program is skipped with a lookup: a failed execve
-        // first builds the new program's memory and copies argv and the environment into it
-        // (three misses before /usr/bin were a visible part of each `true`). Whatever exists is
-        // still left to execve to judge, as execvp does.
+        // A PATH entry without the program is skipped with a lookup: a failed execve first builds
+        // the new program's memory and copies argv and the environment into it. Whatever exists
+        // is still left to execve to judge, as execvp does.
         if (launch.candidates.size() > 1) {
             const long found =
                 raw::call(SYS_faccessat, AT_FDCWD, raw::arg(candidate.c_str()), F_OK);
@@ -360,8 +365,25 @@ long drop_capabilities_raw() noexcept {
             }
         }
     }
-    fail_with(5, -exec_error);
-    ::_exit(127);
+    fail_with(start, 5, -exec_error);
+}
+
+// The guest process. Its two rules (exec_guest.hpp): the heap and errno only while the handler is
+// blocked (until `ready` is written, then from accept to the hand-over), raw calls only after.
+// The guest's recipe, in order (PID 1 already gave it the empty bounding set, no_new_privs and the
+// seccomp filter, inherited). Steps 1 to 3 run while the handler waits for `ready`; from step 4
+// on, raw calls only.
+[[noreturn]] void guest_main(const GuestStart& given) {
+    const GuestStart start = given;
+    const auto& config = *start.context->config;
+    GuestShared& shared = *start.shared;
+    take_exec_cgroup_and_stdio(start, shared, config);             // 1.
+    take_guest_groups(start, config);                              // 2.
+    die_with_handler(start);                                       // 3.
+    report_ready(start);                                           // 4.
+    const Launch& launch = receive_launch(start, shared, config);  // 5.
+    become_guest_user(start, config);                              // 6.
+    exec_program(start, shared, launch);                           // 7.
 }
 
 int guest_entry(void* start) {

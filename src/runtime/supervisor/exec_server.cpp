@@ -373,39 +373,47 @@ class Exec {
 
 }  // namespace
 
-void serve_next_exec(int listener, int accepted_fd, const ExecContext& context) {
-    ::signal(SIGPIPE, SIG_IGN);
-    // Where this handler's guest processes run until their execve; declared first, so that it
-    // outlives every Guest, whose destructor ends a guest still running on it.
-    GuestStack stack;
+namespace {
+
+// Step 1: the guest process prepared ahead of the request, in its own child cgroup. Returns once
+// the guest is hardened (its cgroup populated), so PID 1's sweep of empty exec cgroups, which
+// follows our accept, can never take it; none when preparing failed (the exec is then served on
+// demand after accept, which reports the failure).
+std::optional<Guest> prepare_spare_guest(const ExecContext& context, GuestStack& stack,
+                                         int listener) {
     std::optional<Guest> prepared;
     try {
-        // Returns once the guest is hardened (its cgroup populated), so PID 1's sweep of empty
-        // exec cgroups, which follows our accept, can never take it.
         prepared = prepare_guest(context, stack, listener);
         if (!prepared->ready) {
             discard(*prepared);
             prepared.reset();
         }
     } catch (const std::exception&) {
-        prepared.reset();  // served on demand after accept, which reports the failure
+        prepared.reset();
     }
-    const auto tell = [&](char what) {
-        const AcceptedNote note{what, ::getpid()};
-        [[maybe_unused]] auto told = ::write(accepted_fd, &note, sizeof note);
-    };
-    // From here until the hand-over arrives, this process allocates nothing: a connection may
-    // already have reached the guest, which then reads its request using our heap (exec_guest.hpp).
-    tell(AcceptedNote::kPrepared);
+    return prepared;
+}
+
+// Steps 2 and 4: what PID 1 hears from its spare, on `accepted_fd`.
+void tell_pid1(int accepted_fd, char what) {
+    const AcceptedNote note{what, ::getpid()};
+    [[maybe_unused]] auto told = ::write(accepted_fd, &note, sizeof note);
+}
+
+// Step 3: the connection, as the prepared guest hands it over (`launched` when it is already
+// starting the request's program), or accepted here when there is no guest or it died before
+// taking one (the OOM killer, say). Allocates nothing until the hand-over arrives: a connection
+// may already have reached the guest, which then reads its request using our heap
+// (exec_guest.hpp).
+UniqueFd take_connection(int listener, std::optional<Guest>& prepared, bool& launched) {
     UniqueFd connection;
-    bool launched = false;
+    launched = false;
     if (prepared && prepared->handoff_fd) {
         char what = 0;
         connection = detail::receive_fd(prepared->handoff_fd.get(), what);
         launched = connection && what == kLaunching;
         prepared->handoff_fd.reset();
         if (!connection) {
-            // It died before taking a connection (the OOM killer, say): accept ourselves.
             discard(*prepared);
             prepared.reset();
         }
@@ -416,10 +424,31 @@ void serve_next_exec(int listener, int accepted_fd, const ExecContext& context) 
             std::_Exit(1);
         }
     }
+    return connection;
+}
+
+// Step 4: this handler accepts no more; PID 1, told, forks its successor.
+void leave_accepting_to_a_successor(int listener, int accepted_fd) {
     ::close(listener);
-    tell(AcceptedNote::kAccepted);
+    tell_pid1(accepted_fd, AcceptedNote::kAccepted);
     ::close(accepted_fd);
-    Exec(connection.get(), context, stack, std::move(prepared), launched).run();
+}
+
+}  // namespace
+
+// The exec handler's recipe, in order: a spare guest prepared ahead, PID 1 told it is prepared,
+// the connection taken, the listener closed and PID 1 told (it forks our successor), then the
+// exec served. The stack the handler's guest processes run on until their execve is declared
+// first, so that it outlives every Guest, whose destructor ends a guest still running on it.
+void serve_next_exec(int listener, int accepted_fd, const ExecContext& context) {
+    ::signal(SIGPIPE, SIG_IGN);
+    GuestStack stack;
+    std::optional<Guest> prepared = prepare_spare_guest(context, stack, listener);  // 1.
+    tell_pid1(accepted_fd, AcceptedNote::kPrepared);                                // 2.
+    bool launched = false;
+    UniqueFd connection = take_connection(listener, prepared, launched);          // 3.
+    leave_accepting_to_a_successor(listener, accepted_fd);                        // 4.
+    Exec(connection.get(), context, stack, std::move(prepared), launched).run();  // 5.
 }
 
 }  // namespace maf_sandbox::runtime

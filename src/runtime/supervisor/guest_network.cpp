@@ -31,7 +31,7 @@
 #include "../kernel/service_identity.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/egress/egress.hpp"
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/seccomp.hpp"
 #include "maf_sandbox/runtime/wire/sandbox_files.hpp"
 
 namespace maf_sandbox::runtime {
@@ -135,55 +135,73 @@ void child_says(const char* message) noexcept {
     [[maybe_unused]] const auto written = ::write(2, message, std::strlen(message));
 }
 
+// Step 1: every descriptor but the four the proxy keeps is closed (no end of PID 1's reaches it),
+// a closed peer is an error rather than SIGPIPE, and the process is named for ps.
+void keep_only_proxy_descriptors(std::vector<int> keep) {
+    close_fds_except(std::move(keep));
+    ::signal(SIGPIPE, SIG_IGN);
+    ::prctl(PR_SET_NAME, "maf-egress-proxy", 0, 0, 0);
+}
+
+// Step 2: host names resolve through /etc/hosts and DNS only, whatever nsswitch.conf lists: glibc
+// has those two built in, so the supervisor, a static executable, never loads a shared NSS module
+// into this process (one from another glibc build would crash it).
+void resolve_names_without_nss_modules() {
+    ::__nss_configure_lookup("hosts", "files dns");
+}
+
+// Steps 3 to 5 as the kernel room's service-identity calls (service_identity.hpp): a step that
+// fails ends the process, which has not served anything yet.
+void or_exit(bool done) {
+    if (!done) {
+        std::_Exit(1);
+    }
+}
+
+// Step 7: takes the guest-facing listener PID 1 sends, tells PID 1 it has it, and serves until
+// the sandbox ends; returns the proxy's exit status.
+int serve_guest_listener(const SupervisorConfig& config, int channel, int lifetime, int log,
+                         int hosts) {
+    UniqueFd listener = receive_listener(channel, lifetime, kProxyWaitMs);
+    if (!listener) {
+        std::_Exit(1);
+    }
+    EgressProxyOptions options;
+    options.rules = compile_allowlist(config.egress.allow);
+    options.operator_options = config.egress_operator;
+    options.operator_options.hosts_file.reset();
+    if (hosts >= 0) {
+        options.operator_options.hosts_file = fd_path(hosts);
+    }
+    options.decision_log = egress_log_path(config.sandbox_dir);  // names it in errors
+    options.decision_log_fd = log;
+    if (::write(channel, "k", 1) != 1) {
+        std::_Exit(1);
+    }
+    ::close(channel);
+    return run_egress_proxy(listener.release(), lifetime, options);
+}
+
 // The proxy process: forked by the host-side half, never returns. Everything it keeps is named
 // here; every other descriptor (the ready pipe, PID 1's ends) is closed before it drops root.
 // It runs as the sandbox's proxy id (no guest's, no other sandbox's), in a read-only view of the
 // host's files, under its own syscall filter, and can write only `log`, up to the log's bound.
-// The egress proxy's recipe, in order:
-//   1. close every descriptor but the four it keeps (no end of PID 1's reaches it);
-//   2. name lookups through `files` and `dns` only (no shared NSS module in a static program);
-//   3. a read-only, nosuid view of the host's files (it can write no host file by name);
-//   4. RLIMIT_FSIZE at the decision log's bound (the one file it writes stays bounded);
-//   5. become the sandbox's proxy user (service_identity.hpp): no groups, no capabilities,
-//      no_new_privs, not dumpable (3 and 4 came first: they need root);
-//   6. its own seccomp filter, last, so that nothing above needs a call the filter denies;
-//   7. only then take the guest-facing listener and serve.
+// The egress proxy's recipe, in order. A read-only, nosuid view of the host's files (it can write
+// no host file by name) and RLIMIT_FSIZE at the decision log's bound (the one file it writes stays
+// bounded) need root, so they come before the proxy user (no groups, no capabilities,
+// no_new_privs, not dumpable). Its own seccomp filter comes last, so that nothing before it needs
+// a call the filter denies, and only then does it take the guest's listener.
 [[noreturn]] void proxy_process(const SupervisorConfig& config, int channel, int lifetime, int log,
                                 int hosts) noexcept {
     int status = 1;
     try {
-        close_fds_except({channel, lifetime, log, hosts});  // 1.
-        ::signal(SIGPIPE, SIG_IGN);
-        ::prctl(PR_SET_NAME, "maf-egress-proxy", 0, 0, 0);
-        // Host names resolve through /etc/hosts and DNS only, whatever nsswitch.conf lists: glibc
-        // has those two built in, so the supervisor, a static executable, never loads a shared
-        // NSS module into this process (one from another glibc build would crash it).
-        ::__nss_configure_lookup("hosts", "files dns");                         // 2.
-        if (!enter_read_only_mount_namespace() ||                               // 3.
-            !limit_file_size(config.egress_operator.decision_log.max_bytes) ||  // 4.
-            !become_service_user(config.ids.proxy_id())) {                      // 5.
-            std::_Exit(1);
-        }
-        install_egress_proxy_filter();  // 6.
-        // 7.
-        UniqueFd listener = receive_listener(channel, lifetime, kProxyWaitMs);
-        if (!listener) {
-            std::_Exit(1);
-        }
-        EgressProxyOptions options;
-        options.rules = compile_allowlist(config.egress.allow);
-        options.operator_options = config.egress_operator;
-        options.operator_options.hosts_file.reset();
-        if (hosts >= 0) {
-            options.operator_options.hosts_file = fd_path(hosts);
-        }
-        options.decision_log = egress_log_path(config.sandbox_dir);  // names it in errors
-        options.decision_log_fd = log;
-        if (::write(channel, "k", 1) != 1) {
-            std::_Exit(1);
-        }
-        ::close(channel);
-        status = run_egress_proxy(listener.release(), lifetime, options);
+        keep_only_proxy_descriptors({channel, lifetime, log, hosts});             // 1.
+        resolve_names_without_nss_modules();                                      // 2.
+        or_exit(enter_read_only_mount_namespace());                               // 3.
+        or_exit(limit_file_size(config.egress_operator.decision_log.max_bytes));  // 4.
+        or_exit(become_service_user(config.ids.proxy_id()));                      // 5.
+        install_egress_proxy_filter();                                            // 6.
+        status = serve_guest_listener(config, channel, lifetime, log, hosts);     // 7.
     } catch (...) {
         status = 1;
     }

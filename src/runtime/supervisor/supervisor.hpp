@@ -1,4 +1,5 @@
-// The supervisor program: its host-side half and the sandbox's PID 1 (supervisor.cpp).
+// The supervisor program: its host-side half (supervisor.cpp), which clones the sandbox's PID 1
+// (pid1.cpp).
 #pragma once
 
 #include "maf_sandbox/runtime/wire/supervisor_config.hpp"

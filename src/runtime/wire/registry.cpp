@@ -1,5 +1,6 @@
-// The registry: the sandbox records on disk (one JSON file per sandbox), their label selectors and
-// the per-key locks, read and written by the host and by the supervisor's owner watch.
+// One concern, the registry: the sandbox records on disk (one JSON file per sandbox), their label
+// selectors and the per-key locks, read and written by the host and by the supervisor's owner
+// watch.
 #include "maf_sandbox/runtime/wire/registry.hpp"
 
 #include <fcntl.h>

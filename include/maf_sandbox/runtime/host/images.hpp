@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "maf_sandbox/core/errors.hpp"
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/mounts.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace maf_sandbox::runtime {

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/namespaces.hpp"
 
 namespace maf_sandbox::runtime {
 

@@ -31,7 +31,9 @@
 #include "maf_sandbox/runtime/egress/egress.hpp"
 #include "maf_sandbox/runtime/kernel/cgroup.hpp"
 #include "maf_sandbox/runtime/kernel/host_budgets.hpp"
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/mounts.hpp"
+#include "maf_sandbox/runtime/kernel/namespaces.hpp"
+#include "maf_sandbox/runtime/kernel/seccomp.hpp"
 #include "maf_sandbox/runtime/wire/owner.hpp"
 
 namespace maf_sandbox::runtime {

@@ -1,23 +1,20 @@
-// Creating the sandbox's namespaces and filling in what the kernel leaves empty: the user
-// namespace's id maps, the hostname, and the loopback interface of the new network namespace.
+// The host half of the sandbox's namespaces: what the supervisor's host-side half does around the
+// clone. It creates the namespaces (as the sandbox's owner uid, so per-user counts are charged to
+// it) and, from outside, writes the new user namespace's id maps.
 #include <fcntl.h>
-#include <net/if.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 
 #include <fmt/format.h>
 
 #include "maf_sandbox/core/errors.hpp"
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/namespaces.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace maf_sandbox::runtime {
@@ -95,31 +92,6 @@ void write_id_maps(pid_t pid, const IdMapping& mapping) {
     const auto line = fmt::format("0 {} {}\n", mapping.host_base, mapping.count);
     write_proc_file(pid, "uid_map", line);
     write_proc_file(pid, "gid_map", line);
-}
-
-void set_hostname(std::string_view hostname) {
-    if (::sethostname(hostname.data(), hostname.size()) != 0) {
-        throw SystemError(errno, fmt::format("setting the sandbox's hostname to {}", hostname));
-    }
-}
-
-void bring_up_loopback() {
-    UniqueFd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-    if (!sock) {
-        throw SystemError(errno, "opening a socket to configure the sandbox's loopback");
-    }
-    ifreq request{};
-    std::strncpy(request.ifr_name, "lo", IFNAMSIZ - 1);
-    if (::ioctl(sock.get(), SIOCGIFFLAGS, &request) != 0) {
-        throw SystemError(errno, "reading the flags of the sandbox's loopback interface");
-    }
-    if ((request.ifr_flags & IFF_UP) != 0) {
-        return;  // made up by the host (PendingLoopbackNamespace), which the sandbox cannot change
-    }
-    request.ifr_flags |= IFF_UP | IFF_RUNNING;
-    if (::ioctl(sock.get(), SIOCSIFFLAGS, &request) != 0) {
-        throw SystemError(errno, "bringing the sandbox's loopback interface up");
-    }
 }
 
 }  // namespace maf_sandbox::runtime

@@ -1,12 +1,12 @@
-// The sandbox's root filesystem. Built by the host-side half of the supervisor (real root, in a
-// private mount namespace, so nothing appears on the host), then entered by the sandbox's PID 1
-// with pivot_root. The writable layer is a tmpfs whose size is the disk limit: a write beyond it
-// fails with ENOSPC inside the guest, and the memory vanishes with the last namespace reference.
+// The host half of the sandbox's root file system: the supervisor's host-side half builds it (real
+// root, in a private mount namespace, so nothing appears on the host) before the clone; PID 1
+// enters it (mounts_inside.cpp). The writable layer is a tmpfs whose size is the disk limit: a
+// write beyond it fails with ENOSPC inside the guest, and the memory vanishes with the last
+// namespace reference.
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -17,7 +17,7 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/kernel/guest_fs.hpp"
-#include "maf_sandbox/runtime/kernel/isolation.hpp"
+#include "maf_sandbox/runtime/kernel/mounts.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace maf_sandbox::runtime {
@@ -35,22 +35,6 @@ struct Device {
 };
 constexpr Device kDevices[] = {{"null", 1, 3},   {"zero", 1, 5},    {"full", 1, 7},
                                {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}};
-
-// Host kernel files a guest reads as empty, as container runtimes mask /proc entries: the
-// kernel's command line names the host's root device and boot setup; partitions and diskstats
-// name the host's disks. Each is covered by a bind of the guest's own /dev/null (a node in the
-// sandbox's /dev tmpfs, so the mount line names nothing of the host).
-// The kernel's boot_id is the host's identity (the same in every sandbox on it, changing only
-// at its reboot): it would let a guest tell which sandboxes share a host.
-constexpr const char* kMaskedProcFiles[] = {"/proc/cmdline", "/proc/partitions", "/proc/diskstats",
-                                            "/proc/sys/kernel/random/boot_id"};
-
-// Host kernel directories a guest finds empty: /proc/fs holds one directory per mounted block
-// device of ext4, jbd2 and xfs (named after the host's disk, with its mount options and its
-// free-block layout in mb_groups) and nfsd's exports. Each is covered by an empty read-only tmpfs
-// whose mount line names nothing of the host. /proc/devices stays: it lists driver names and
-// majors the kernel was built with, not this host's disks.
-constexpr const char* kMaskedProcDirs[] = {"/proc/fs"};
 
 // A tmpfs's inode count is not bounded by its size (an empty file takes no page), and every inode
 // is kernel memory charged to the sandbox: without a count, creating empty files until the memory
@@ -464,38 +448,6 @@ fs::path prepare_root(const RootPlan& plan, const fs::path& sandbox_dir) {
     }
     attach(tmp.get(), tmp_point.get(), "/tmp");
     return root;
-}
-
-void enter_root() {
-    if (::syscall(SYS_pivot_root, ".", kOldRootDir) != 0) {
-        throw SystemError(errno, "pivot_root into the sandbox's root");
-    }
-    if (::chdir("/") != 0) {
-        throw SystemError(errno, "entering the sandbox's root");
-    }
-    // A fresh /proc must be mounted while the host's /proc is still visible: the kernel only lets
-    // a user namespace mount proc when an unobscured one is already in its mount namespace.
-    if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
-        mount_failed("mounting /proc in the sandbox");
-    }
-    // Still as the namespace's root, which may mount over its own /proc; the guest, refused
-    // mount and umount by seccomp and holding no capability, cannot take these off.
-    for (const char* file : kMaskedProcFiles) {
-        if (::mount("/dev/null", file, nullptr, MS_BIND, nullptr) != 0) {
-            throw SystemError(errno, fmt::format("masking {} in the sandbox", file));
-        }
-    }
-    for (const char* dir : kMaskedProcDirs) {
-        if (::mount("tmpfs", dir, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                    "size=4k,nr_inodes=1,mode=0555") != 0) {
-            throw SystemError(errno, fmt::format("masking {} in the sandbox", dir));
-        }
-    }
-    const std::string old_root = std::string("/") + kOldRootDir;
-    if (::umount2(old_root.c_str(), MNT_DETACH) != 0) {
-        throw SystemError(errno, "detaching the host's root from the sandbox");
-    }
-    ::rmdir(old_root.c_str());
 }
 
 }  // namespace maf_sandbox::runtime
