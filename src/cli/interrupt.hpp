@@ -4,15 +4,16 @@
 // exits with 128 + the signal's number, as a shell reports a program a signal ended.
 #pragma once
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <stdexcept>
-#include <string>
+#include <type_traits>
 #include <utility>
-#include <variant>
 
 #include "maf_sandbox/core/run_blocking.hpp"
 
@@ -42,23 +43,35 @@ class InterruptWatch {
 };
 
 // run_blocking(io, task), or Interrupted when a watched signal arrives first (the task is then
-// cancelled and has run its own cleanup).
+// cancelled and has run its own cleanup). The task's own failure ends the race too: the awaitable
+// operators' `||` would wait for the first success, so a failing step would wait for a signal.
 template <typename T>
 T run_interruptibly(boost::asio::io_context& io, InterruptWatch& watch, Task<T> task) {
-    using namespace boost::asio::experimental::awaitable_operators;
+    namespace asio = boost::asio;
     auto raced = [](InterruptWatch& watch, Task<T> task) -> Task<T> {
-        auto signal = watch.signals().async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+        auto executor = co_await asio::this_coro::executor;
+        auto step = asio::co_spawn(executor, std::move(task), asio::deferred);
+        auto signal = watch.signals().async_wait(asio::deferred);
+        auto race = asio::experimental::make_parallel_group(std::move(step), std::move(signal));
         if constexpr (std::is_void_v<T>) {
-            auto outcome = co_await (std::move(task) || std::move(signal));
-            if (outcome.index() == 1) {
-                throw Interrupted(std::get<1>(std::get<1>(outcome)));
+            auto [order, failure, signal_error, number] =
+                co_await race.async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+            if (order[0] == 1) {
+                throw Interrupted(number);
+            }
+            if (failure) {
+                std::rethrow_exception(failure);
             }
         } else {
-            auto outcome = co_await (std::move(task) || std::move(signal));
-            if (outcome.index() == 1) {
-                throw Interrupted(std::get<1>(std::get<1>(outcome)));
+            auto [order, failure, value, signal_error, number] =
+                co_await race.async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+            if (order[0] == 1) {
+                throw Interrupted(number);
             }
-            co_return std::move(std::get<0>(outcome));
+            if (failure) {
+                std::rethrow_exception(failure);
+            }
+            co_return std::move(value);
         }
     };
     return run_blocking(io, raced(watch, std::move(task)));
