@@ -23,6 +23,7 @@ struct Context {
 void add_bench_command(CLI::App& app, Context& context);  // bench (the harness is src/bench)
 void add_check_command(CLI::App& app, Context& context);
 void add_conformance_command(CLI::App& app, Context& context);
+void add_cp_command(CLI::App& app, Context& context);      // cp SRC DST, ID:PATH on one side
 void add_egress_command(CLI::App& app, Context& context);  // egress-log
 void add_images_command(CLI::App& app, Context& context);
 void add_local_commands(CLI::App& app, Context& context);  // run exec ls rm purge gc

@@ -9,7 +9,9 @@
 
 #include "backends.hpp"
 #include "cli.hpp"
+#include "exec_env.hpp"
 #include "exec_report.hpp"
+#include "interrupt.hpp"
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/outputs.hpp"
@@ -43,6 +45,9 @@ struct LocalOptions {
     std::string egress = "closed";
     std::vector<std::string> allow;
     std::vector<std::string> command;
+    std::vector<std::string> env_pairs, env_files;   // -e, --env-file
+    std::map<std::string, std::string> environment;  // what they give, read before any sandbox
+    std::string id;                                  // exec --id
     std::vector<std::string> labels;
     bool json = false;
     std::vector<std::string> ids;
@@ -159,17 +164,32 @@ void add_limit_flags(CLI::App& command, LocalOptions& options) {
     command.add_option("--pids", options.pids, "Process limit")->check(CLI::PositiveNumber);
     command.add_option("--timeout", options.timeout, "Seconds before the command's tree is killed")
         ->check(CLI::PositiveNumber);
+    command
+        .add_option("-e,--env", options.env_pairs,
+                    "KEY=VALUE set in the command's environment (repeatable; -e KEY takes this "
+                    "environment's value); later ones win over --env-file")
+        ->allow_extra_args(false);
+    command
+        .add_option("--env-file", options.env_files,
+                    "A file of KEY=VALUE lines for the command's environment ('#' lines and blank "
+                    "lines skipped; repeatable)")
+        ->allow_extra_args(false);
     command.add_option("command", options.command, "Command and arguments (after --)")->required();
 }
 
-// Runs the command and prints its streams; returns its exit code.
-int run_in(boost::asio::io_context& io, Sandbox& sandbox, const LocalOptions& options) {
+// Runs the command and prints its streams; returns its exit code. With a `watch`, SIGINT or SIGTERM
+// cancels the exec and throws Interrupted.
+int run_in(boost::asio::io_context& io, Sandbox& sandbox, const LocalOptions& options,
+           InterruptWatch* watch = nullptr) {
     ExecRequest request;
     request.command = options.command;
     request.timeout = Seconds(options.timeout);
     request.max_output_bytes = options.max_output;
+    request.environment = options.environment;
     try {
-        return report_exec(run_blocking(io, sandbox.exec(request)));
+        auto exec = sandbox.exec(request);
+        return report_exec(watch != nullptr ? run_interruptibly(io, *watch, std::move(exec))
+                                            : run_blocking(io, std::move(exec)));
     } catch (const ExecOutputLimitExceeded& e) {
         return report_output_limit(e, options.max_output);
     }
@@ -249,6 +269,7 @@ void add_local_commands(CLI::App& app, Context& context) {
                 }
             }
             // Everything about the files that can fail is checked before a sandbox exists.
+            options->environment = exec_environment(options->env_pairs, options->env_files);
             std::vector<std::pair<InputTransfer, std::string>> inputs;
             for (const auto& value : options->inputs) {
                 auto input = parse_input(value);
@@ -270,6 +291,8 @@ void add_local_commands(CLI::App& app, Context& context) {
             }
             const SandboxKey key{"cli", random_thread(), options->agent, "run"};
             boost::asio::io_context io;
+            // Outlives the cleanup below, so an interrupted run still disposes of its sandbox.
+            InterruptWatch watch(io);
             struct Cleanup {
                 boost::asio::io_context& io;
                 SandboxRouter& router;
@@ -290,16 +313,17 @@ void add_local_commands(CLI::App& app, Context& context) {
                     close_backend(io, backend, context);
                 }
             } cleanup{io, router, *backend, key, context};
-            auto sandbox = run_blocking(io, router.acquire(key, SandboxSpec(fields)));
+            auto sandbox = run_interruptibly(io, watch, router.acquire(key, SandboxSpec(fields)));
             for (auto& [input, bytes] : inputs) {
-                run_blocking(io, sandbox->write_file(input.guest, std::move(bytes), ""));
+                run_interruptibly(io, watch,
+                                  sandbox->write_file(input.guest, std::move(bytes), ""));
             }
-            context.exit_code = run_in(io, *sandbox, *options);
+            context.exit_code = run_in(io, *sandbox, *options, &watch);
             // An output that cannot land fails the run (125) whatever the program's status: the
             // caller must not read a missing file as a produced one.
             for (const auto& output : outputs) {
-                const auto bytes =
-                    run_blocking(io, sandbox->read_file(output.guest, "", kMaxTransferBytes));
+                const auto bytes = run_interruptibly(
+                    io, watch, sandbox->read_file(output.guest, "", kMaxTransferBytes));
                 land_output(options->out_dir, output, bytes);
             }
         });
@@ -310,11 +334,35 @@ void add_local_commands(CLI::App& app, Context& context) {
         auto* command =
             app.add_subcommand("exec", "Run a command in the warm local sandbox of a key");
         add_limit_flags(*command, *options);
-        command->add_option("--scope", options->scope, "Conversation scope")->required();
-        command->add_option("--thread", options->thread, "Conversation thread")->required();
+        auto* scope = command->add_option("--scope", options->scope, "Conversation scope");
+        auto* thread = command->add_option("--thread", options->thread, "Conversation thread");
+        command
+            ->add_option("--id", options->id,
+                         "The live sandbox with this id, as `ls` prints it, instead of a "
+                         "conversation's (local backend)")
+            ->excludes(scope)
+            ->excludes(thread);
         command->add_option("--agent", options->agent, "Agent (default cli)");
         command->add_option("--kind", options->kind, "Sandbox kind (default shell)");
         command->callback([options, &context] {
+            if (options->id.empty() && (options->scope.empty() || options->thread.empty())) {
+                throw InvalidArgument(
+                    "exec needs the sandbox: --scope and --thread of a conversation, or --id ID "
+                    "of a live sandbox (`maf-sandbox ls` lists them)");
+            }
+            options->environment = exec_environment(options->env_pairs, options->env_files);
+            if (!options->id.empty()) {
+                if (options->backend != kLocal) {
+                    throw InvalidArgument(
+                        "exec --id finds local sandboxes only; with --backend acas name the "
+                        "conversation with --scope and --thread");
+                }
+                auto backend = std::make_shared<local::LocalBackend>(config_from(*options));
+                router_for(backend, *options, context);  // the same floor consent as a key's exec
+                boost::asio::io_context io;
+                context.exit_code = run_in(io, *backend->open(options->id), *options);
+                return;
+            }
             auto backend = open_backend(*options);
             auto router = router_for(backend, *options, context);
             auto fields = spec_fields(*options, *backend);

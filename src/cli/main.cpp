@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli.hpp"
+#include "interrupt.hpp"
 #include "maf_sandbox/core/errors.hpp"
 
 namespace {
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
     cli::add_bench_command(app, context);
     cli::add_check_command(app, context);
     cli::add_conformance_command(app, context);
+    cli::add_cp_command(app, context);
     cli::add_egress_command(app, context);
     cli::add_images_command(app, context);
     cli::add_local_commands(app, context);
@@ -50,6 +52,10 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         // --help and --version are ParseErrors that exit 0.
         status = app.exit(e) == 0 ? cli::kExitOk : cli::kExitFailed;
+    } catch (const cli::Interrupted& e) {
+        // The command's own cleanup has run (a run's sandbox is disposed) by the time it gets here.
+        context.log->warn("{}; stopped, and the command's sandbox was disposed", e.what());
+        status = e.exit_status();
     } catch (const maf_sandbox::InvalidArgument& e) {
         context.log->error("{}", e.what());
     } catch (const maf_sandbox::Error& e) {

@@ -483,6 +483,22 @@ bool LocalBackend::remove(const std::string& id) {
     return true;
 }
 
+std::shared_ptr<Sandbox> LocalBackend::open(const std::string& id) {
+    Registry::validate_id(id);
+    auto record = impl_->registry.get(id);
+    const auto handle = record ? handle_of(*record) : std::nullopt;
+    if (!handle || record->labels.count(kPoolLabel) > 0 || !runtime::sandbox_alive(*handle)) {
+        throw InvalidArgument(
+            fmt::format("there is no live local sandbox {}; list them with `maf-sandbox ls`", id));
+    }
+    note_use(impl_->registry, *record);
+    const auto* work = record->runtime.if_contains("work_dir");
+    SandboxSpecFields fields;
+    fields.kind = "shell";
+    return impl_->wrap(*handle, work != nullptr ? std::string(work->as_string())
+                                                : SandboxSpec(fields).work_dir_or_default());
+}
+
 int LocalBackend::purge(const std::string& scope, const std::string& thread_id) {
     const auto result = run_blocking(dispose_scope(scope, thread_id));
     if (result.undisposed) {

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/multiple_exceptions.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -61,6 +63,20 @@ bool valid_id(const json::value& id) {
     return id.is_string() || id.is_int64() || id.is_uint64();
 }
 
+// An error that is the cancellation itself: Asio's operation_aborted, alone or as the first of the
+// exceptions its parallel operators gather, so a client's cancellation is never logged as a fault.
+bool is_cancellation(const std::exception_ptr& error) {
+    try {
+        std::rethrow_exception(error);
+    } catch (const boost::system::system_error& e) {
+        return e.code() == asio::error::operation_aborted;
+    } catch (const asio::multiple_exceptions& e) {
+        return is_cancellation(e.first_exception());
+    } catch (...) {
+        return false;
+    }
+}
+
 // In-flight requests are found by their id's JSON text, so "1" and 1 stay distinct.
 std::string id_key(const json::value& id) {
     return json::serialize(id);
@@ -69,7 +85,11 @@ std::string id_key(const json::value& id) {
 }  // namespace
 
 const std::vector<std::string>& supported_protocol_versions() {
-    static const std::vector<std::string> versions{"2025-06-18", "2025-03-26", "2024-11-05"};
+    // What the server sends differs only by structuredContent and outputSchema (2025-06-18 on),
+    // so every revision is answered in its own terms.
+    static const std::vector<std::string> versions{std::string(kLatestProtocolVersion),
+                                                   "2025-06-18", "2025-03-26", "2024-11-05",
+                                                   "2024-10-07"};
     return versions;
 }
 
@@ -176,7 +196,7 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
             error = std::current_exception();
         }
         auto state = co_await asio::this_coro::cancellation_state;
-        if (state.cancelled() != asio::cancellation_type::none) {
+        if (state.cancelled() != asio::cancellation_type::none || is_cancellation(error)) {
             std::rethrow_exception(error);
         }
         server->log->error("session {}: {} failed: {}", id, name, error_detail(error));
@@ -351,7 +371,7 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
             error = std::current_exception();
         }
         auto state = co_await asio::this_coro::cancellation_state;
-        if (state.cancelled() != asio::cancellation_type::none) {
+        if (state.cancelled() != asio::cancellation_type::none || is_cancellation(error)) {
             std::rethrow_exception(error);
         }
         server->log->error("session {}: a request failed: {}", self->id, error_detail(error));

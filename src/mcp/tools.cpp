@@ -239,7 +239,9 @@ json::object call_result(const kinds::ToolResult& result, std::string_view proto
         }
         reply["structuredContent"] = std::move(structured);
     }
-    reply["isError"] = result.is_error();
+    // A program that exited non-zero ran to completion, but it failed at what the model asked:
+    // clients and models read isError to tell a failed call from a good one.
+    reply["isError"] = result.is_error() || (result.program && result.program->exit_code != 0);
     return reply;
 }
 

@@ -31,7 +31,7 @@ std::variant<kinds::CodeActArguments, InvalidParams> parse_execute_code(
 // Exactly {command: string}.
 std::variant<std::string, InvalidParams> parse_run_shell(const boost::json::value* arguments);
 
-// {content: [{type: text}], structuredContent (2025-06-18 only), isError}.
+// {content: [{type: text}], structuredContent (2025-06-18 on), isError (also for a non-zero exit)}.
 boost::json::object call_result(const kinds::ToolResult& result, std::string_view protocol_version);
 
 // A call that failed inside this server (not the program): a fixed sentence, isError true.

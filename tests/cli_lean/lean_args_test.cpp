@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,16 @@ TEST(LeanArgs, HandsEverythingUnusualToTheFullCli) {
     EXPECT_FALSE(parse({"run", "--image", "--", "true"}));                       // no value
     EXPECT_FALSE(parse({"run", "--image=", "--", "true"}));                      // empty value
     EXPECT_FALSE(parse({"run", "-h", "--", "true"}));
+}
+
+TEST(LeanArgs, TakesRepeatedEnvironmentFlagsAndHandsABadOneToTheFullCli) {
+    const auto args = parse({"run", "-e", "A=1", "--env", "B=x=y", "--env=A=2", "--", "env"});
+    ASSERT_TRUE(args);
+    EXPECT_EQ(args->environment, (std::map<std::string, std::string>{{"A", "2"}, {"B", "x=y"}}));
+    EXPECT_EQ(args->argv, std::vector<std::string>{"env"});
+    EXPECT_FALSE(parse({"run", "-e", "1A=1", "--", "env"}));
+    EXPECT_FALSE(parse({"run", "--env-file", "/nonexistent/maf-env-file", "--", "env"}));
+    EXPECT_FALSE(parse({"run", "-e", "--", "env"}));
 }
 
 }  // namespace

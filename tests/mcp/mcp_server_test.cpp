@@ -83,12 +83,14 @@ class McpServerTest : public ::testing::Test {
 };
 
 TEST_F(McpServerTest, InitializeAnswersTheClientsSupportedVersionOrTheLatest) {
-    for (const std::string version : {"2025-06-18", "2025-03-26", "2024-11-05"}) {
+    // The official TypeScript SDK's LATEST_PROTOCOL_VERSION and the older revisions it supports.
+    for (const std::string version :
+         {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05", "2024-10-07"}) {
         auto reply = initialize(version);
         EXPECT_EQ(reply.at("result").at("protocolVersion").as_string(), version);
     }
     auto reply = initialize("1999-01-01");
-    EXPECT_EQ(reply.at("result").at("protocolVersion").as_string(), "2025-06-18");
+    EXPECT_EQ(reply.at("result").at("protocolVersion").as_string(), "2025-11-25");
     EXPECT_TRUE(reply.at("result").at("capabilities").as_object().contains("tools"));
     EXPECT_EQ(reply.at("id").as_int64(), 0);
 }
@@ -135,7 +137,8 @@ TEST_F(McpServerTest, ExecuteCodeReturnsTheProgramsOutputAsTextAndStructuredCont
         call("2", "execute_code",
              R"j({"code":"import sys\nprint(6*7)\nprint('e', file=sys.stderr)\nsys.exit(4)"})j"));
     const auto& result = reply.at("result").as_object();
-    EXPECT_FALSE(result.at("isError").as_bool()) << json::serialize(result);
+    // The program's failure is the call's: its output still comes back in full.
+    EXPECT_TRUE(result.at("isError").as_bool()) << json::serialize(result);
     const auto& structured = result.at("structuredContent").as_object();
     EXPECT_EQ(structured.at("exit_code").as_int64(), 4);
     EXPECT_EQ(structured.at("stdout").as_string(), "42\n");
@@ -145,6 +148,34 @@ TEST_F(McpServerTest, ExecuteCodeReturnsTheProgramsOutputAsTextAndStructuredCont
     EXPECT_EQ(structured.at("egress").as_string(), "closed");
     const std::string text(result.at("content").as_array()[0].at("text").as_string());
     EXPECT_NE(text.find("exit code: 4"), std::string::npos) << text;
+}
+
+TEST_F(McpServerTest, ANonZeroExitSetsIsErrorAndAZeroExitDoesNot) {
+    for (const std::string version : {"2025-11-25", "2024-11-05"}) {
+        initialize(version);
+        auto failed = handle(call("2", "run_shell", R"({"command":"echo out; exit 3"})"));
+        const auto& failure = failed.at("result").as_object();
+        EXPECT_TRUE(failure.at("isError").as_bool()) << version << json::serialize(failure);
+        const std::string text(failure.at("content").as_array()[0].at("text").as_string());
+        EXPECT_NE(text.find("exit code: 3"), std::string::npos) << text;
+        EXPECT_NE(text.find("out"), std::string::npos) << text;
+        auto passed = handle(call("3", "run_shell", R"({"command":"true"})"));
+        EXPECT_FALSE(passed.at("result").at("isError").as_bool()) << version;
+    }
+}
+
+TEST_F(McpServerTest, ATimedOutCallIsAnErrorResultSayingItWasStopped) {
+    kinds::SandboxSettings settings;
+    settings.timeout = Seconds(1.0);
+    build(settings);
+    initialize();
+    const auto started = std::chrono::steady_clock::now();
+    auto reply = handle(call("2", "run_shell", R"({"command":"echo begun; sleep 30"})"));
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20));
+    const auto& result = reply.at("result").as_object();
+    EXPECT_TRUE(result.at("isError").as_bool()) << json::serialize(result);
+    const std::string text(result.at("content").as_array()[0].at("text").as_string());
+    EXPECT_NE(text.find("did not finish within 1 seconds"), std::string::npos) << text;
 }
 
 TEST_F(McpServerTest, OlderClientsGetTextWithoutStructuredContent) {
@@ -236,7 +267,23 @@ TEST_F(McpServerTest, CancelledCallSendsNoResponseAndCleansUpItsCallDirectory) {
     ASSERT_EQ(backend_->live.size(), 1u);
     const auto base = backend_->live.begin()->second->base_directory();
     EXPECT_TRUE(std::filesystem::is_empty(base));
-    EXPECT_NE(log_text_.str().find("was cancelled and cleaned up"), std::string::npos);
+    // A client's cancellation is normal: one info line, none of the machinery's own words.
+    const auto log = log_text_.str();
+    std::size_t mentions = 0;
+    std::istringstream lines(log);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.find("request 7") != std::string::npos) {
+            ++mentions;
+            EXPECT_NE(line.find("[info]"), std::string::npos) << line;
+            EXPECT_NE(line.find("was cancelled and cleaned up"), std::string::npos) << line;
+        }
+        EXPECT_EQ(line.find("[error]"), std::string::npos) << line;
+        EXPECT_EQ(line.find("[warning]"), std::string::npos) << line;
+    }
+    EXPECT_EQ(mentions, 1u) << log;
+    for (const char* internal : {"Operation canceled", "asio", "boost", "system:"}) {
+        EXPECT_EQ(log.find(internal), std::string::npos) << internal << " in:\n" << log;
+    }
 }
 
 TEST_F(McpServerTest, ProgressNotificationsFollowTheProgressToken) {

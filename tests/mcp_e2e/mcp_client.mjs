@@ -18,6 +18,7 @@ import assert from 'node:assert/strict';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 
 const [mode, binary, ...rest] = process.argv.slice(2);
 if (!['stdio', 'http'].includes(mode) || !binary) {
@@ -52,7 +53,43 @@ function textOf(result) {
     return result.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n');
 }
 
-async function exercise(client) {
+// Records the protocol revision the server answered the SDK's initialize with.
+function recordNegotiation(transport) {
+    const seen = { version: null };
+    let handler;
+    Object.defineProperty(transport, 'onmessage', {
+        configurable: true,
+        get: () => handler && ((message) => {
+            if (message?.result?.protocolVersion) {
+                seen.version = message.result.protocolVersion;
+            }
+            handler(message);
+        }),
+        set: (h) => { handler = h; },
+    });
+    return seen;
+}
+
+// A client's cancellation (an AbortSignal) is normal: the server logs it in one info line, with
+// none of its machinery's own words.
+async function cancellation(client, log) {
+    const controller = new AbortController();
+    const call = client.callTool({ name: 'run_shell', arguments: { command: 'sleep 5' } }, undefined,
+        { signal: controller.signal });
+    await new Promise((r) => setTimeout(r, 700));
+    controller.abort('the user changed their mind');
+    await assert.rejects(call);
+    await waitFor(() => /was cancelled and cleaned up/.test(log.text), 'the cancellation line', 20000)
+        .catch((error) => { throw new Error(`${error.message} in:\n${log.text}`); });
+    const lines = log.text.split('\n').filter((l) => /cancel/i.test(l));
+    assert.equal(lines.length, 1, `one line about the cancellation:\n${log.text}`);
+    assert.match(lines[0], /^info: session [0-9a-f]{32}: request \S+ was cancelled and cleaned up$/);
+    for (const internal of ['Operation canceled', 'asio', 'boost', 'system:']) {
+        assert.ok(!log.text.includes(internal), `'${internal}' in the server's log:\n${log.text}`);
+    }
+}
+
+async function exercise(client, session, log) {
     const { tools } = await client.listTools();
     const names = tools.map((t) => t.name).sort();
     assert.deepEqual(names, ['execute_code', 'run_shell']);
@@ -85,8 +122,8 @@ async function exercise(client) {
         name: 'execute_code',
         arguments: { code: "raise SystemExit('bad input')" },
     });
-    // A program's own failure is a normal result: its exit code and stderr go back to the model.
-    assert.equal(failing.isError, false);
+    // A program's own failure fails the call, with its exit code and stderr for the model.
+    assert.equal(failing.isError, true, textOf(failing));
     if (runsCode) {
         assert.equal(failing.structuredContent.exit_code, 1);
         assert.match(failing.structuredContent.stderr, /bad input/);
@@ -111,13 +148,23 @@ async function exercise(client) {
         name: 'run_shell',
         arguments: { command: 'echo hello; echo oops >&2; exit 3' },
     });
-    assert.equal(shell.isError, false, textOf(shell));
+    assert.equal(shell.isError, true, 'a non-zero exit is an error result');
     if (runsCode) {
         assert.equal(shell.structuredContent.stdout, 'hello\n');
         assert.equal(shell.structuredContent.stderr, 'oops\n');
         assert.equal(shell.structuredContent.exit_code, 3);
     }
     assert.match(textOf(shell), /\[sandbox: backend \S+, isolation \S+, egress closed\]/);
+    if (runsCode) {
+        await cancellation(client, log);
+    }
+}
+
+// Under a 2-second timeout: the call is an error result saying the program was stopped.
+async function timedOut(client) {
+    const slow = await client.callTool({ name: 'run_shell', arguments: { command: 'echo begun; sleep 30' } });
+    assert.equal(slow.isError, true, textOf(slow));
+    assert.match(textOf(slow), /did not finish within 2 seconds/);
 }
 
 // The backend's own listing of the session's live sandboxes (the local registry, or the
@@ -170,14 +217,16 @@ function disposalLine(log, session) {
 
 // One stdio session (one server process): `body(client, session)`, then EOF; returns how many
 // sandboxes the server said it disposed.
-async function stdioSession(body) {
-    const transport = new StdioClientTransport({ command: binary, args: flags, env, stderr: 'pipe' });
+async function stdioSession(body, extraFlags = []) {
+    const transport = new StdioClientTransport({ command: binary, args: [...flags, ...extraFlags], env, stderr: 'pipe' });
     const log = collect(transport.stderr);
+    const negotiated = recordNegotiation(transport);
     const client = new Client({ name: 'maf-sandbox-e2e', version: '1.0.0' });
     await client.connect(transport);
+    assert.equal(negotiated.version, LATEST_PROTOCOL_VERSION, 'the SDK\'s own revision is negotiated');
     await waitFor(() => /session [0-9a-f]{32} opened/.test(log.text), 'the session line');
     const session = log.text.match(/session ([0-9a-f]{32}) opened/)[1];
-    await body(client, session);
+    await body(client, session, log);
     const started = Date.now();
     await client.close();  // ends stdin; the server must dispose and exit promptly
     await waitFor(() => /ended: disposed/.test(log.text), 'the disposal line', exitBoundMs + 500);
@@ -198,6 +247,8 @@ async function overStdio() {
     assert.equal(reuse.disposed, 1, 'the conversation held one sandbox');
     assert.deepEqual(sandboxesOf(reuse.session), [], 'nothing outlives the session');
     console.log(`stdio: conversation reuse ok (session ${reuse.session}, one sandbox)`);
+    const slow = await stdioSession(timedOut, ['--timeout', '2']);
+    console.log(`stdio: a timed-out call is an error result (session ${slow.session})`);
 }
 
 async function overHttp() {
@@ -221,14 +272,27 @@ async function overHttp() {
             body: initialize,
         });
         assert.equal(anonymous.status, 401, 'a request without the token is refused');
+        // Every revision the SDK supports is answered in its own terms.
+        for (const version of SUPPORTED_PROTOCOL_VERSIONS) {
+            const answer = await fetch(url, {
+                method: 'POST',
+                headers: { Authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+                body: initialize.replace('2025-06-18', version),
+            });
+            assert.equal(answer.status, 200);
+            const body = await answer.json();
+            assert.equal(body.result.protocolVersion, version, `initialize with ${version}`);
+            await fetch(url, { method: 'DELETE', headers: { Authorization: `Bearer ${token}`, 'mcp-session-id': answer.headers.get('mcp-session-id') } });
+        }
         assert.match(anonymous.headers.get('www-authenticate') ?? '', /^Bearer/);
         const authorization = { Authorization: `Bearer ${token}` };
         const transport = new StreamableHTTPClientTransport(url, { requestInit: { headers: authorization } });
         const client = new Client({ name: 'maf-sandbox-e2e', version: '1.0.0' });
         await client.connect(transport);
+        assert.equal(transport.protocolVersion, LATEST_PROTOCOL_VERSION, 'the SDK\'s own revision is negotiated');
         const session = transport.sessionId;
         assert.match(session, /^[0-9a-f]{32}$/);
-        await exercise(client);
+        await exercise(client, session, log);
         await transport.terminateSession();  // DELETE /mcp
         await client.close();
         await waitFor(() => disposalLine(log.text, session) !== null, 'the disposal line', exitBoundMs);

@@ -102,6 +102,10 @@ class LocalBackend final : public SandboxBackend {
     std::vector<runtime::EgressDecision> egress_decisions(const std::string& id) const;
     // Destroys one sandbox by id; false when there is none.
     bool remove(const std::string& id);
+    // The live sandbox with this id (as `list` shows it), for the CLI's `exec --id` and `cp`: its
+    // key is not asked for, so no sandbox is created or reconciled. A pooled one nobody has taken
+    // is not offered. Throws InvalidArgument for a malformed id, or when no live sandbox has it.
+    std::shared_ptr<Sandbox> open(const std::string& id);
     // Destroys every sandbox of a conversation; returns how many.
     int purge(const std::string& scope, const std::string& thread_id);
 

@@ -1,5 +1,6 @@
-// The Model Context Protocol server (https://modelcontextprotocol.io, revision 2025-06-18; clients
-// speaking 2025-03-26 or 2024-11-05 are answered in their version). JSON-RPC 2.0 over any
+// The Model Context Protocol server (https://modelcontextprotocol.io, revision 2025-11-25; clients
+// speaking 2025-06-18, 2025-03-26, 2024-11-05 or 2024-10-07 are answered in their version, as the
+// official SDKs' clients expect). JSON-RPC 2.0 over any
 // transport: a transport opens one McpSession per MCP session and feeds it message texts.
 //
 // The tools are the kinds: `execute_code` (codeact) and `run_shell` (shell). A sandbox key's scope
@@ -26,7 +27,7 @@ class logger;
 
 namespace maf_sandbox::mcp {
 
-inline constexpr std::string_view kLatestProtocolVersion = "2025-06-18";
+inline constexpr std::string_view kLatestProtocolVersion = "2025-11-25";
 
 // The default of McpServerConfig::max_session_sandboxes (`--max-session-sandboxes`).
 inline constexpr std::size_t kDefaultMaxSessionSandboxes = 8;

@@ -16,6 +16,7 @@
 #include "maf_sandbox/local/warm_lookup.hpp"
 #include "maf_sandbox/runtime/host/sandbox_process.hpp"
 #include "maf_sandbox/runtime/wire/registry.hpp"
+#include "signal_dispose.hpp"
 
 namespace maf_sandbox::cli::lean {
 
@@ -43,6 +44,7 @@ int exec_in(const runtime::SandboxHandle& handle, const std::string& work_dir,
     request.command = args.argv;
     request.timeout = Seconds(args.timeout);
     request.max_output_bytes = args.max_output;
+    request.environment = args.environment;
     const auto call = local::exec_call_for(std::move(request), work_dir, args.max_output);
     try {
         return report_exec(local::exec_result_of(runtime::exec_in_sandbox(handle, call), call));
@@ -142,23 +144,27 @@ std::optional<int> pooled_run(const LeanArgs& args) {
     // Disposal in two halves: every guest process is killed before `run` returns; the cgroups,
     // mounts, directory and record, which no guest code can use any more, are removed by the
     // detached filler before it tops the pool up (synchronously here if it cannot start).
-    const auto dispose = [&] {
+    // Interrupted by SIGINT or SIGTERM, the run is disposed of whole before the process exits.
+    DisposeOnSignal dispose([&](bool interrupted) {
         local::kill_recorded(*taken);
-        if (!spawn_full_cli_detached({"pool", "fill", "--reap", taken->id})) {
+        if (interrupted || !spawn_full_cli_detached({"pool", "fill", "--reap", taken->id})) {
             if (const auto failure = local::destroy_recorded(registry, *taken)) {
                 std::fprintf(stderr, "warning: disposing the run's sandbox: %s\n",
                              failure->c_str());
             }
+            if (interrupted) {
+                spawn_full_cli_detached({"pool", "fill"});
+            }
         }
-    };
+    });
     int status = kExitFailed;
     try {
         status = exec_in(*local::handle_of(*taken), work_dir_of(*taken, spec), args);
     } catch (...) {
-        dispose();
+        dispose.dispose_now();
         throw;
     }
-    dispose();
+    dispose.dispose_now();
     return status;
 }
 

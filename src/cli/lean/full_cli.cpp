@@ -1,6 +1,7 @@
 #include "full_cli.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <unistd.h>
 
@@ -48,7 +49,11 @@ bool spawn_full_cli_detached(const std::vector<std::string>& arguments) {
     // Nothing else of the caller's: a pipe it reads to EOF must not stay open in the filler.
     posix_spawn_file_actions_addclosefrom_np(&actions, 3);
     // Its own session: a terminal's hang-up or the caller's process group signal never reaches it.
-    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID);
+    // No signal blocked: the caller may be blocking SIGINT and SIGTERM for its own watcher.
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&attributes, &none);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
     pid_t pid = 0;
     const int failed = posix_spawn(&pid, path.c_str(), &actions, &attributes, argv.data(), environ);
     posix_spawnattr_destroy(&attributes);

@@ -5,6 +5,9 @@
 #include <set>
 #include <string_view>
 
+#include "../exec_env.hpp"
+#include "maf_sandbox/core/errors.hpp"
+
 namespace maf_sandbox::cli::lean {
 
 namespace {
@@ -108,24 +111,40 @@ std::optional<LeanArgs> parse_lean_args(int argc, char** argv) {
     LeanArgs args;
     args.command = argv[1];
     std::set<std::string_view> seen;
+    std::vector<std::string> env_pairs, env_files;
     int i = 2;
     for (; i < argc; ++i) {
         const std::string_view token = argv[i];
         if (token == "--") {
             break;
         }
+        if (token == "-e" && i + 1 < argc && argv[i + 1][0] != '-') {
+            env_pairs.emplace_back(argv[++i]);
+            continue;
+        }
         if (!token.starts_with("--")) {
             return std::nullopt;
         }
         std::string_view name = token;
         std::string_view value;
-        if (const auto eq = token.find('='); eq != std::string_view::npos) {
+        if (name == "--env" || name == "--env-file") {
+            // `--env KEY=VALUE`: the first '=' belongs to the value, never to the flag.
+            if (i + 1 >= argc || argv[i + 1][0] == '-') {
+                return std::nullopt;
+            }
+            value = argv[++i];
+        } else if (const auto eq = token.find('='); eq != std::string_view::npos) {
             name = token.substr(0, eq);
             value = token.substr(eq + 1);
         } else if (i + 1 < argc && argv[i + 1][0] != '-') {
             value = argv[++i];
         } else {
             return std::nullopt;
+        }
+        // Repeatable, like -e.
+        if (name == "--env" || name == "--env-file") {
+            (name == "--env-file" ? env_files : env_pairs).emplace_back(value);
+            continue;
         }
         // A flag given twice: the full CLI decides what that means.
         if (!seen.insert(name).second || !assign(args, name, value)) {
@@ -138,6 +157,11 @@ std::optional<LeanArgs> parse_lean_args(int argc, char** argv) {
     if (args.argv.empty() ||
         (args.command == "exec" && (args.scope.empty() || args.thread.empty()))) {
         return std::nullopt;
+    }
+    try {
+        args.environment = exec_environment(env_pairs, env_files);
+    } catch (const InvalidArgument&) {
+        return std::nullopt;  // the full CLI names the bad entry
     }
     return args;
 }

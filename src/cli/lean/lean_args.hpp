@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ struct LeanArgs {
     std::optional<std::uint64_t> memory, pids, disk;
     double timeout = 60.0;
     std::string scope, thread, agent = "cli", kind = "shell";  // exec only
+    std::map<std::string, std::string> environment;            // from -e and --env-file
     std::vector<std::string> argv;                             // after `--`
 };
 
