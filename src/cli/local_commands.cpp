@@ -10,6 +10,7 @@
 #include "backends.hpp"
 #include "cli.hpp"
 #include "exec_report.hpp"
+#include "exec_stream_report.hpp"
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/outputs.hpp"
@@ -162,16 +163,35 @@ void add_limit_flags(CLI::App& command, LocalOptions& options) {
     command.add_option("command", options.command, "Command and arguments (after --)")->required();
 }
 
-// Runs the command and prints its streams; returns its exit code.
-int run_in(boost::asio::io_context& io, Sandbox& sandbox, const LocalOptions& options) {
+Task<void> print_chunk(StreamPrinter& printer, ExecChunk chunk) {
+    printer.write(chunk.stream, chunk.bytes);
+    co_return;
+}
+
+// Runs the command and prints its streams, as they come where the backend streams; returns its
+// exit code. Stdin is forwarded when it is not a terminal.
+int run_in(boost::asio::io_context& io, Sandbox& sandbox, const SandboxBackend& backend,
+           const LocalOptions& options) {
     ExecRequest request;
     request.command = options.command;
     request.timeout = Seconds(options.timeout);
     request.max_output_bytes = options.max_output;
+    request.stdin_bytes = forwarded_stdin(kMaxTransferBytes);
+    if (!backend.declarations().declares(Capability::streaming_exec)) {
+        try {
+            return report_exec(run_blocking(io, sandbox.exec(request)));
+        } catch (const ExecOutputLimitExceeded& e) {
+            return report_output_limit(e, options.max_output);
+        }
+    }
+    StreamPrinter printer;
+    const ExecSink sink = [&printer](ExecChunk chunk) {
+        return print_chunk(printer, std::move(chunk));
+    };
     try {
-        return report_exec(run_blocking(io, sandbox.exec(request)));
+        return printer.finished(run_blocking(io, sandbox.exec_stream(request, sink)));
     } catch (const ExecOutputLimitExceeded& e) {
-        return report_output_limit(e, options.max_output);
+        return printer.finished(e, options.max_output);
     }
 }
 
@@ -294,7 +314,7 @@ void add_local_commands(CLI::App& app, Context& context) {
             for (auto& [input, bytes] : inputs) {
                 run_blocking(io, sandbox->write_file(input.guest, std::move(bytes), ""));
             }
-            context.exit_code = run_in(io, *sandbox, *options);
+            context.exit_code = run_in(io, *sandbox, *backend, *options);
             // An output that cannot land fails the run (125) whatever the program's status: the
             // caller must not read a missing file as a produced one.
             for (const auto& output : outputs) {
@@ -330,7 +350,7 @@ void add_local_commands(CLI::App& app, Context& context) {
                 io, router.acquire({options->scope, options->thread, options->agent, ""},
                                    SandboxSpec(fields)));
             report_replacement(*sandbox);
-            context.exit_code = run_in(io, *sandbox, *options);
+            context.exit_code = run_in(io, *sandbox, *backend, *options);
         });
     }
     // ls
