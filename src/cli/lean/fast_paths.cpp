@@ -63,11 +63,12 @@ int exec_in(const runtime::SandboxHandle& handle, const std::string& work_dir,
         return printer.finished(e, args.max_output);
     } catch (const SandboxOutputUnreachable& e) {
         // The caller hands an unreachable supervisor to the full CLI, which runs the command
-        // again: only right when none of this run's output was printed.
-        if (printer.printed()) {
+        // again: only right when none of this run's output was printed and no stdin was taken
+        // (the full CLI could not read it again).
+        if (printer.printed() || !call.stdin_bytes.empty()) {
             throw Error(
-                fmt::format("{} (after part of the command's output was printed, so it is "
-                            "not run again)",
+                fmt::format("{} (after the command's output or stdin was partly used, so "
+                            "it is not run again)",
                             e.what()));
         }
         throw;
