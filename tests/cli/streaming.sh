@@ -54,11 +54,6 @@ stdout_has "a  *\\\\0  *b"
 expect_run 0 "stdin redirected from a file is forwarded too" -- bash -c "printf 'from file' >'$work/in'; '$bin' ${run[*]} -- cat <'$work/in'"
 stdout_is "from file"
 expect_run 3 "the exit status stays the program's when stdin is piped" -- bash -c "echo x | '$bin' ${warm[*]} -- sh -c 'cat >/dev/null; exit 3'"
-if command -v script >/dev/null; then
-    # With stdin a terminal nothing is read ahead: the run ends without waiting for input.
-    expect_run 0 "with stdin a terminal, nothing is read" -- timeout 60 script -qec "'$bin' ${run[*]} -- sh -c 'echo tty-ok'" /dev/null
-    stdout_has "tty-ok"
-fi
 expect_run 125 "a timeout keeps what was printed before it" -- "$bin" "${warm[@]}" --timeout 1 -- sh -c 'echo before; sleep 30'
 stdout_is "before"
 stderr_has "timeout"
