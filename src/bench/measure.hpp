@@ -37,7 +37,8 @@ struct Spawned {
 };
 
 // posix_spawn + wait; stdout is read (and counted) when `capture`, else it goes to /dev/null, as
-// stderr always does; stdin is /dev/null. `argv[0]` is a path (no PATH search: the baseline must not pay for one).
+// stderr always does; stdin is /dev/null. `argv[0]` is a path (no PATH search: the baseline must
+// not pay for one).
 Spawned spawn_and_wait(const std::vector<std::string>& argv, char** envp, bool capture = false);
 
 // The first executable `name` in the usual system directories.
