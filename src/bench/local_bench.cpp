@@ -109,6 +109,7 @@ json::object LocalBench::run() {
         {"cold_acquire_to", [&] { add(cold_acquire()); }},
         {"cold_acquire_pooled", [&] { add(cold_acquire_pooled()); }},
         {"exec_1MiB", [&] { add(exec_output()); }},
+        {"exec_stream_echo", [&] { add(exec_stream_first_byte()); }},
         {"file_write_read_3KiB", [&] { add(files(3 * 1024, plan_.small_file_samples, "3KiB")); }},
         {"file_write_read_32MiB", [&] { add(files(32u << 20, plan_.big_file_samples, "32MiB")); }},
         {"file_write_read_1GiB",

@@ -70,6 +70,7 @@ class LocalBench {
     boost::json::object cold_acquire();
     boost::json::object cold_acquire_pooled();
     boost::json::object exec_output();
+    boost::json::object exec_stream_first_byte();
     boost::json::object files(std::size_t size, int samples, const std::string& label);
 
     // churn_scenarios.cpp

@@ -72,7 +72,11 @@ Spawned spawn_and_wait(const std::vector<std::string>& argv, char** envp, bool c
         posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
     }
     posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    // Never the bench's own stdin: the front ends forward a stdin that is not a terminal, and an
+    // open pipe the bench inherited would hold them until it closes.
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
     pid_t pid = 0;
+    const auto started = Clock::now();
     const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp);
     posix_spawn_file_actions_destroy(&actions);
     Spawned result;
@@ -89,6 +93,9 @@ Spawned spawn_and_wait(const std::vector<std::string>& argv, char** envp, bool c
         char buffer[65536];
         ssize_t n = 0;
         while ((n = ::read(out[0], buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR)) {
+            if (n > 0 && result.first_byte_ms < 0) {
+                result.first_byte_ms = ms_since(started);
+            }
             result.stdout_bytes += n > 0 ? static_cast<std::uint64_t>(n) : 0;
         }
         ::close(out[0]);

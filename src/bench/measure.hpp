@@ -32,10 +32,13 @@ boost::json::object to_json(const Stats& stats);
 struct Spawned {
     int status = -1;
     std::uint64_t stdout_bytes = 0;
+    // From the spawn to the first byte read from its stdout (captured only; -1 when none came).
+    double first_byte_ms = -1;
 };
 
 // posix_spawn + wait; stdout is read (and counted) when `capture`, else it goes to /dev/null, as
-// stderr always does. `argv[0]` is a path (no PATH search: the baseline must not pay for one).
+// stderr always does; stdin is /dev/null. `argv[0]` is a path (no PATH search: the baseline must
+// not pay for one).
 Spawned spawn_and_wait(const std::vector<std::string>& argv, char** envp, bool capture = false);
 
 // The first executable `name` in the usual system directories.

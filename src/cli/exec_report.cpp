@@ -23,10 +23,12 @@ int write_all(std::FILE* stream, std::string_view bytes) {
     return errno != 0 ? errno : EIO;
 }
 
+}  // namespace
+
 // The program's streams go where the caller pointed them; if either cannot be written there, the
 // caller would read a cut result as a whole one, so the command fails instead (125), saying so on
 // stderr when that is the stream still working.
-int delivered(int out_error, int err_error, int status) {
+int report_delivery(int out_error, int err_error, int status) {
     if (out_error == 0 && err_error == 0) {
         return status;
     }
@@ -40,12 +42,10 @@ int delivered(int out_error, int err_error, int status) {
     return kExitFailed;
 }
 
-}  // namespace
-
 int report_exec(const ExecResult& result) {
     const int out_error = write_all(stdout, result.stdout_bytes);
     const int err_error = write_all(stderr, result.stderr_bytes);
-    return delivered(out_error, err_error, result.exit_code);
+    return report_delivery(out_error, err_error, result.exit_code);
 }
 
 void report_replacement(const Sandbox& sandbox) {
@@ -65,8 +65,8 @@ int report_output_limit(const ExecOutputLimitExceeded& error, std::uint64_t cap)
                             dropped));
     err_error = err_error != 0 ? err_error : marker_error;
     // Killed for the overflow, the program has no status of its own: the cap stopped it.
-    return delivered(out_error, err_error,
-                     error.exit_code() >= 0 ? error.exit_code() : kExitFailed);
+    return report_delivery(out_error, err_error,
+                           error.exit_code() >= 0 ? error.exit_code() : kExitFailed);
 }
 
 }  // namespace maf_sandbox::cli

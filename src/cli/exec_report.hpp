@@ -18,5 +18,8 @@ void report_replacement(const Sandbox& sandbox);
 // Returns the command's exit status, or kExitFailed when it was killed before it exited.
 // Either returns kExitFailed, having said so on stderr, when a stream could not be written in full.
 int report_output_limit(const ExecOutputLimitExceeded& error, std::uint64_t cap);
+// `status`, or kExitFailed (said on stderr) when either stream's write failed with that errno
+// (0: written whole).
+int report_delivery(int out_error, int err_error, int status);
 
 }  // namespace maf_sandbox::cli

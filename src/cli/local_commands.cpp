@@ -11,6 +11,7 @@
 #include "cli.hpp"
 #include "exec_env.hpp"
 #include "exec_report.hpp"
+#include "exec_stream_report.hpp"
 #include "interrupt.hpp"
 #include "maf_sandbox/acas/backend.hpp"
 #include "maf_sandbox/core/errors.hpp"
@@ -177,21 +178,41 @@ void add_limit_flags(CLI::App& command, LocalOptions& options) {
     command.add_option("command", options.command, "Command and arguments (after --)")->required();
 }
 
-// Runs the command and prints its streams; returns its exit code. With a `watch`, SIGINT or SIGTERM
+Task<void> print_chunk(StreamPrinter& printer, ExecChunk chunk) {
+    printer.write(chunk.stream, chunk.bytes);
+    co_return;
+}
+
+// Runs the command and prints its streams, as they come where the backend streams; returns its
+// exit code. Stdin is forwarded when it is not a terminal. With a `watch`, SIGINT or SIGTERM
 // cancels the exec and throws Interrupted.
-int run_in(boost::asio::io_context& io, Sandbox& sandbox, const LocalOptions& options,
-           InterruptWatch* watch = nullptr) {
+int run_in(boost::asio::io_context& io, Sandbox& sandbox, const SandboxBackend& backend,
+           const LocalOptions& options, InterruptWatch* watch = nullptr) {
     ExecRequest request;
     request.command = options.command;
     request.timeout = Seconds(options.timeout);
     request.max_output_bytes = options.max_output;
     request.environment = options.environment;
+    request.stdin_bytes = forwarded_stdin(kMaxTransferBytes);
+    const auto finish = [&](Task<ExecResult> exec) {
+        return watch != nullptr ? run_interruptibly(io, *watch, std::move(exec))
+                                : run_blocking(io, std::move(exec));
+    };
+    if (!backend.declarations().declares(Capability::streaming_exec)) {
+        try {
+            return report_exec(finish(sandbox.exec(request)));
+        } catch (const ExecOutputLimitExceeded& e) {
+            return report_output_limit(e, options.max_output);
+        }
+    }
+    StreamPrinter printer;
+    const ExecSink sink = [&printer](ExecChunk chunk) {
+        return print_chunk(printer, std::move(chunk));
+    };
     try {
-        auto exec = sandbox.exec(request);
-        return report_exec(watch != nullptr ? run_interruptibly(io, *watch, std::move(exec))
-                                            : run_blocking(io, std::move(exec)));
+        return printer.finished(finish(sandbox.exec_stream(request, sink)));
     } catch (const ExecOutputLimitExceeded& e) {
-        return report_output_limit(e, options.max_output);
+        return printer.finished(e, options.max_output);
     }
 }
 
@@ -318,7 +339,7 @@ void add_local_commands(CLI::App& app, Context& context) {
                 run_interruptibly(io, watch,
                                   sandbox->write_file(input.guest, std::move(bytes), ""));
             }
-            context.exit_code = run_in(io, *sandbox, *options, &watch);
+            context.exit_code = run_in(io, *sandbox, *backend, *options, &watch);
             // An output that cannot land fails the run (125) whatever the program's status: the
             // caller must not read a missing file as a produced one.
             for (const auto& output : outputs) {
@@ -360,7 +381,7 @@ void add_local_commands(CLI::App& app, Context& context) {
                 auto backend = std::make_shared<local::LocalBackend>(config_from(*options));
                 router_for(backend, *options, context);  // the same floor consent as a key's exec
                 boost::asio::io_context io;
-                context.exit_code = run_in(io, *backend->open(options->id), *options);
+                context.exit_code = run_in(io, *backend->open(options->id), *backend, *options);
                 return;
             }
             auto backend = open_backend(*options);
@@ -378,7 +399,7 @@ void add_local_commands(CLI::App& app, Context& context) {
                 io, router.acquire({options->scope, options->thread, options->agent, ""},
                                    SandboxSpec(fields)));
             report_replacement(*sandbox);
-            context.exit_code = run_in(io, *sandbox, *options);
+            context.exit_code = run_in(io, *sandbox, *backend, *options);
         });
     }
     // ls

@@ -96,7 +96,7 @@ class FrameBuffer {
 // The request and stdin in one write (the supervisor reads them as they come), then frames until
 // the result.
 Task<runtime::ExecReply> converse(Connection& connection, const runtime::ExecCall& call,
-                                  const std::filesystem::path& socket) {
+                                  const std::filesystem::path& socket, const ExecSink& sink) {
     const auto prefix = wire::request_prefix(call);
     const std::array<asio::const_buffer, 2> request{asio::buffer(prefix),
                                                     asio::buffer(call.stdin_bytes)};
@@ -113,6 +113,15 @@ Task<runtime::ExecReply> converse(Connection& connection, const runtime::ExecCal
         while (const auto frame = frames.next()) {
             if (collector.take(frame->type, frame->payload)) {
                 co_return std::move(collector.reply());
+            }
+            if (sink && (frame->type == wire::kStdout || frame->type == wire::kStderr)) {
+                // Awaited before the next read: a slow sink holds the socket, and through it the
+                // program's pipes, instead of growing a queue here.
+                auto delivered =
+                    sink(ExecChunk{frame->type == wire::kStdout ? ExecStreamName::stdout_stream
+                                                                : ExecStreamName::stderr_stream,
+                                   std::string(frame->payload)});
+                co_await std::move(delivered);
             }
         }
         if (frames.oversized()) {
@@ -132,7 +141,7 @@ Task<runtime::ExecReply> converse(Connection& connection, const runtime::ExecCal
 }  // namespace
 
 Task<runtime::ExecReply> call_exec_async(const std::filesystem::path& socket,
-                                         const runtime::ExecCall& call,
+                                         const runtime::ExecCall& call, const ExecSink& sink,
                                          std::chrono::milliseconds grace) {
     runtime::validate_exec_call(call);
     const auto address = runtime::supervisor_address(socket);
@@ -151,7 +160,8 @@ Task<runtime::ExecReply> call_exec_async(const std::filesystem::path& socket,
     // awaitable operators' `||`, which in Boost 1.81 waits for the first *success*: a hang-up
     // would then surface only at the deadline, as "did not answer".)
     asio::steady_timer deadline(executor, call.timeout + grace);
-    auto exchange = asio::co_spawn(executor, converse(connection, call, socket), asio::deferred);
+    auto exchange =
+        asio::co_spawn(executor, converse(connection, call, socket, sink), asio::deferred);
     auto expiry = deadline.async_wait(asio::deferred);
     auto race = asio::experimental::make_parallel_group(std::move(exchange), std::move(expiry));
     auto [order, failure, reply, expired] =
@@ -169,8 +179,9 @@ Task<runtime::ExecReply> call_exec_async(const std::filesystem::path& socket,
 }
 
 Task<runtime::ExecReply> exec_in_sandbox_async(const runtime::SandboxHandle& handle,
-                                               const runtime::ExecCall& call) {
-    return call_exec_async(handle.socket, call);
+                                               const runtime::ExecCall& call,
+                                               const ExecSink& sink) {
+    return call_exec_async(handle.socket, call, sink);
 }
 
 }  // namespace maf_sandbox::local

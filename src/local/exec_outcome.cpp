@@ -29,15 +29,16 @@ runtime::ExecCall exec_call_for(ExecRequest request, std::string_view base_direc
 ExecResult exec_result_of(const runtime::ExecReply& reply, const runtime::ExecCall& call) {
     if (reply.status == runtime::ExecStatus::timed_out) {
         const std::chrono::duration<double> timeout = call.timeout;
-        throw Timeout(
+        throw SandboxExecTimeout(
             fmt::format("the command ran longer than its {:.3g} s timeout; its whole process tree "
                         "was killed. Raise the timeout or make the command finish sooner",
-                        timeout.count()));
+                        timeout.count()),
+            reply.stdout_head, reply.stderr_head);
     }
     if (reply.status == runtime::ExecStatus::failed) {
         throw Error(fmt::format("the sandbox could not run the command: {}", reply.message));
     }
-    ExecResult result{reply.stdout_head, reply.stderr_head, reply.exit_code};
+    ExecResult result{reply.stdout_head, reply.stderr_head, reply.exit_code, reply.oom_kills};
     if (reply.oom_kills > 0) {
         result.stderr_bytes +=
             "\nmaf-sandbox: the sandbox's memory limit was reached and the kernel killed "

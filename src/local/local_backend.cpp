@@ -368,7 +368,7 @@ BackendDeclarations LocalBackend::declarations() const {
     declarations.capabilities = {Capability::exec,         Capability::files_in,
                                  Capability::files_out,    Capability::files_list,
                                  Capability::files_delete, Capability::reclaim,
-                                 Capability::host_tools};
+                                 Capability::host_tools,   Capability::streaming_exec};
     declarations.limits =
         SandboxLimits{impl_->config.transfer_limits, impl_->config.transfer_limits};
     declarations.egress_modes = {impl_->egress_modes.begin(), impl_->egress_modes.end()};

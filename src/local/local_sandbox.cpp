@@ -94,10 +94,14 @@ Task<void> LocalSandbox::with_file_ops(FileWork work) {
 }
 
 Task<ExecResult> LocalSandbox::exec(ExecRequest request) {
+    return exec_stream(std::move(request), {});
+}
+
+Task<ExecResult> LocalSandbox::exec_stream(ExecRequest request, ExecSink sink) {
     const auto call = exec_call_for(std::move(request), base_, default_max_output_);
     // (perf) On the caller's executor, not the pool: a thread hop there and back is a visible
     // part of an exec round trip on a small host.
-    auto exchange = exec_in_sandbox_async(handle_, call);
+    auto exchange = exec_in_sandbox_async(handle_, call, sink);
     const auto reply = co_await std::move(exchange);
     co_return exec_result_of(reply, call);
 }

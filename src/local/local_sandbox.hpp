@@ -21,6 +21,7 @@ class LocalSandbox final : public ConfinedSandbox {
 
     std::string base_directory() const override { return base_; }
     Task<ExecResult> exec(ExecRequest request) override;
+    Task<ExecResult> exec_stream(ExecRequest request, ExecSink sink) override;
     Task<ExecResult> run_code(std::string code, Seconds timeout) override;
     Task<void> reclaim(std::string directory, std::string working_directory,
                        Seconds timeout) override;

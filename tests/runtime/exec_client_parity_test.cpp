@@ -123,7 +123,7 @@ std::pair<std::string, std::string> unreachable_messages(const std::filesystem::
         return "(no SandboxOutputUnreachable)";
     };
     return {message([&] { runtime::call_exec(socket, call, 50ms); }),
-            message([&] { run_blocking(call_exec_async(socket, call, 50ms)); })};
+            message([&] { run_blocking(call_exec_async(socket, call, {}, 50ms)); })};
 }
 
 TEST(ExecClientParity, ARefusedConnectionReadsTheSame) {

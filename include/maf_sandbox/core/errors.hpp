@@ -186,6 +186,24 @@ MAF_SANDBOX_ERROR(Timeout, Error);
 // the service's Retry-After): it never ran, so nothing in the sandbox changed.
 MAF_SANDBOX_ERROR(SandboxQueuedTimeout, Timeout);
 
+// An exec ran past its timeout and its whole process tree was killed. Carries what the program
+// printed until then (each stream's head, within the exec's cap), so the caller loses nothing it
+// could have seen.
+class SandboxExecTimeout : public Timeout {
+  public:
+    SandboxExecTimeout(const std::string& message, std::string stdout_head, std::string stderr_head)
+        : Timeout(message),
+          stdout_head_(std::move(stdout_head)),
+          stderr_head_(std::move(stderr_head)) {}
+    std::string_view type_name() const noexcept override { return "SandboxExecTimeout"; }
+    const std::string& stdout_head() const noexcept { return stdout_head_; }
+    const std::string& stderr_head() const noexcept { return stderr_head_; }
+
+  private:
+    std::string stdout_head_;
+    std::string stderr_head_;
+};
+
 // A host-tool run outlived its deadline. `signal` says what happened to the program
 // (sent, refused, absent, unrecorded, unknown) and `reach` what a kill reached (group, program,
 // nothing).

@@ -5,6 +5,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +29,12 @@ using Task = boost::asio::awaitable<T>;
 // outcome was unknown, a supervisor that died) and the one it returns is new: whatever the caller
 // left in the old one (files, background processes) is gone. Expiry the spec asked for (an idle
 // timeout, a maximum lifetime) is not a replacement and is never reported.
+// Where a streamed exec's output goes as it arrives. Awaited on the caller's executor, one chunk
+// at a time and never concurrently with itself; the next chunk is read only once it returns, so a
+// slow sink slows the program (its pipes fill) instead of making anything buffer without bound.
+// Empty: nothing is delivered while the program runs (the result still carries the capture).
+using ExecSink = std::function<Task<void>(ExecChunk)>;
+
 struct SandboxReplacement {
     std::string previous_id;
     std::string reason;
@@ -51,6 +58,15 @@ class Sandbox {
     // ExecOutputLimitExceeded when a stream went over `max_output_bytes`. Exit codes are faithful;
     // a signal reads as 128 + N.
     virtual Task<ExecResult> exec(ExecRequest request) = 0;
+
+    // exec, with each chunk of stdout and stderr handed to `sink` as the program writes it (in
+    // the order the sandbox read them); the result and errors are exec's, and the capture in them
+    // is bounded as exec's is. On timeout the error is SandboxExecTimeout, which carries what was
+    // printed until then; cancelled, the tree is killed and every chunk read before the
+    // cancellation has reached the sink. An exception from the sink ends the exec the same way
+    // and propagates. Only a backend declaring `streaming_exec` offers it (it never delivers
+    // everything at the end while claiming to stream); the others throw NotImplemented.
+    virtual Task<ExecResult> exec_stream(ExecRequest request, ExecSink sink);
 
     // Runs a program text with the guest's interpreter. Throws SandboxQueuedTimeout when the
     // deadline expired before it started, Timeout when it overran.

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -168,13 +169,32 @@ struct ExecRequest {
 };
 
 struct ExecResult {
+    ExecResult() = default;
+    ExecResult(std::string out, std::string err, int code,
+               std::optional<std::uint64_t> oom = std::nullopt)
+        : stdout_bytes(std::move(out)),
+          stderr_bytes(std::move(err)),
+          exit_code(code),
+          oom_kills(oom) {}
+
     std::string stdout_bytes;
     std::string stderr_bytes;
     int exit_code = 0;
+    // The OOM killer's kills in the sandbox while the exec ran; nullopt where the backend cannot
+    // tell.
+    std::optional<std::uint64_t> oom_kills;
 
     // UTF-8 views: invalid sequences become U+FFFD, the bytes above are untouched.
     std::string stdout_text() const;
     std::string stderr_text() const;
+};
+
+// One piece of a streamed exec's output, as the program wrote it (a chunk is no line: it may end
+// mid-line or mid-character).
+enum class ExecStreamName { stdout_stream, stderr_stream };
+struct ExecChunk {
+    ExecStreamName stream = ExecStreamName::stdout_stream;
+    std::string bytes;
 };
 
 // --- Files --------------------------------------------------------------------------------------

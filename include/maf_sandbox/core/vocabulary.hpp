@@ -26,6 +26,8 @@ enum class Capability {
     reclaim,
     attached_identity,
     egress_methods,
+    // exec_stream delivers output while the program runs (not all at its end).
+    streaming_exec,
 };
 
 // One axis, least to most isolated. A spec runs in exactly one mode; a backend declares the set it

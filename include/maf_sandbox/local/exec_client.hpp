@@ -20,13 +20,18 @@ namespace maf_sandbox::local {
 // SandboxOutputUnreachable for a refused connection, a hang-up, no answer in time or a malformed
 // result. Cancelled (a terminal cancellation, or the awaiting coroutine destroyed), it closes the
 // connection, which makes the supervisor kill the exec's whole process tree, and throws
-// boost::system::system_error (operation_aborted). `call` must outlive the awaitable.
+// boost::system::system_error (operation_aborted). Each output frame is awaited in `sink` (when
+// set) as it arrives, before the next read (maf_sandbox/core/sandbox.hpp, ExecSink); an exception
+// from the sink ends the exchange (closing the connection, so the tree is killed) and propagates.
+// `call` and `sink` must outlive the awaitable.
 Task<runtime::ExecReply> call_exec_async(const std::filesystem::path& socket,
-                                         const runtime::ExecCall& call,
+                                         const runtime::ExecCall& call, const ExecSink& sink = {},
                                          std::chrono::milliseconds grace = runtime::kExecGrace);
 
-// runtime::exec_in_sandbox without blocking. `handle` and `call` must outlive the awaitable.
+// runtime::exec_in_sandbox without blocking. `handle`, `call` and `sink` must outlive the
+// awaitable.
 Task<runtime::ExecReply> exec_in_sandbox_async(const runtime::SandboxHandle& handle,
-                                               const runtime::ExecCall& call);
+                                               const runtime::ExecCall& call,
+                                               const ExecSink& sink = {});
 
 }  // namespace maf_sandbox::local

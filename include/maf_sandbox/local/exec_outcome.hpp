@@ -15,8 +15,9 @@ namespace maf_sandbox::local {
 runtime::ExecCall exec_call_for(ExecRequest request, std::string_view base_directory,
                                 std::uint64_t default_max_output);
 
-// The result, or: Timeout (the tree was killed at the deadline), Error (the supervisor could not
-// run it), ExecOutputLimitExceeded (a stream passed the cap; carries the heads and the total).
+// The result, or: SandboxExecTimeout (the tree was killed at the deadline; carries the heads),
+// Error (the supervisor could not run it), ExecOutputLimitExceeded (a stream passed the cap;
+// carries the heads and the total).
 ExecResult exec_result_of(const runtime::ExecReply& reply, const runtime::ExecCall& call);
 
 }  // namespace maf_sandbox::local

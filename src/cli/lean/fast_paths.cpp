@@ -4,7 +4,10 @@
 #include <cstdio>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "../exec_report.hpp"
+#include "../exec_stream_report.hpp"
 #include "../exit_status.hpp"
 #include "full_cli.hpp"
 #include "maf_sandbox/core/errors.hpp"
@@ -15,6 +18,7 @@
 #include "maf_sandbox/local/shared_pool.hpp"
 #include "maf_sandbox/local/warm_lookup.hpp"
 #include "maf_sandbox/runtime/host/sandbox_process.hpp"
+#include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 #include "maf_sandbox/runtime/wire/registry.hpp"
 #include "signal_dispose.hpp"
 
@@ -37,7 +41,8 @@ std::string work_dir_of(const runtime::SandboxRecord& record, const SandboxSpec&
     return work != nullptr ? std::string(work->as_string()) : spec.work_dir_or_default();
 }
 
-// Runs the command in the sandbox and prints it as every command does.
+// Runs the command in the sandbox and prints its output as it comes, as the full CLI does; stdin
+// is forwarded when it is not a terminal.
 int exec_in(const runtime::SandboxHandle& handle, const std::string& work_dir,
             const LeanArgs& args) {
     ExecRequest request;
@@ -45,11 +50,30 @@ int exec_in(const runtime::SandboxHandle& handle, const std::string& work_dir,
     request.timeout = Seconds(args.timeout);
     request.max_output_bytes = args.max_output;
     request.environment = args.environment;
+    request.stdin_bytes = forwarded_stdin(runtime::exec_wire::kMaxStdinBytes);
     const auto call = local::exec_call_for(std::move(request), work_dir, args.max_output);
+    StreamPrinter printer;
+    const auto print = [&printer](char type, std::string_view bytes) {
+        printer.write(type == runtime::exec_wire::kStdout ? ExecStreamName::stdout_stream
+                                                          : ExecStreamName::stderr_stream,
+                      bytes);
+    };
     try {
-        return report_exec(local::exec_result_of(runtime::exec_in_sandbox(handle, call), call));
+        return printer.finished(local::exec_result_of(
+            runtime::call_exec(handle.socket, call, runtime::kExecGrace, print), call));
     } catch (const ExecOutputLimitExceeded& e) {
-        return report_output_limit(e, args.max_output);
+        return printer.finished(e, args.max_output);
+    } catch (const SandboxOutputUnreachable& e) {
+        // The caller hands an unreachable supervisor to the full CLI, which runs the command
+        // again: only right when none of this run's output was printed and no stdin was taken
+        // (the full CLI could not read it again).
+        if (printer.printed() || !call.stdin_bytes.empty()) {
+            throw Error(
+                fmt::format("{} (after the command's output or stdin was partly used, so "
+                            "it is not run again)",
+                            e.what()));
+        }
+        throw;
     }
 }
 

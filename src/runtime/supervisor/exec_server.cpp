@@ -11,9 +11,11 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -152,12 +154,13 @@ class Exec {
         oom_kills_before_ = context_.cgroups->oom_kills();
 
         const auto deadline = Clock::now() + call.timeout;
+        deadline_ = deadline;
+        child_ = child;
         std::size_t stdin_offset = 0;
         if (call.stdin_bytes.empty()) {
             stdin_fd.reset();
         }
         bool exited = false;
-        bool killed = false;
         ChildFailure failure{};
         bool failed = false;
         int status = 0;
@@ -191,17 +194,13 @@ class Exec {
                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())
                     .count();
             if (left <= 0) {
-                if (!killed) {
+                if (!killed_) {
                     kill_tree(cgroup, child);
                 }
                 if (!exited) {
                     guest_.reap();
                 }
-                reply.status = ExecStatus::timed_out;
-                reply.message =
-                    fmt::format("the exec ran past its {} ms timeout; its process tree was killed",
-                                call.timeout.count());
-                finish(reply);
+                timed_out(call, reply);
                 return;
             }
             if (::poll(fds, count, static_cast<int>(std::min<long long>(left, 1000))) < 0 &&
@@ -232,12 +231,12 @@ class Exec {
                     stdin_fd.reset();
                 }
             }
-            if (call.kill_past_output_cap && !killed &&
+            if (call.kill_past_output_cap && !killed_ &&
                 (streams_[0].total > cap_ || streams_[1].total > cap_)) {
                 // Past the cap: the whole tree goes now (exit 137 when the program was still
                 // running), and the pipes reach EOF because no writer is left.
                 kill_tree(cgroup, child);
-                killed = true;
+                killed_ = true;
                 if (!exited) {
                     status = guest_.reap();
                     exited = true;
@@ -258,6 +257,11 @@ class Exec {
                 }
             }
         }
+        if (killed_at_deadline_) {
+            // Killed while a slow host held an output frame: the program's end was the kill.
+            timed_out(call, reply);
+            return;
+        }
         drain();
         if (failure_fd) {
             failed = ::read(failure_fd.get(), &failure, sizeof failure) == sizeof failure;
@@ -268,6 +272,14 @@ class Exec {
             reply.status = ExecStatus::exited;
             reply.exit_code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
         }
+        finish(reply);
+    }
+
+    void timed_out(const ExecCall& call, ExecReply& reply) {
+        reply.status = ExecStatus::timed_out;
+        reply.message =
+            fmt::format("the exec ran past its {} ms timeout; its process tree was killed",
+                        call.timeout.count());
         finish(reply);
     }
 
@@ -297,6 +309,7 @@ class Exec {
     }
 
     void kill_tree(const std::optional<ExecCgroupParent::Child>& cgroup, pid_t child) {
+        killed_ = true;
         if (cgroup) {
             cgroup->kill_all();
             cgroup->remove();
@@ -330,9 +343,65 @@ class Exec {
         stream.total += text.size();
         if (stream.sent < cap_) {
             const auto keep = std::min<std::uint64_t>(text.size(), cap_ - stream.sent);
-            exec_wire::write_frame(connection_, stream.type, text.substr(0, keep));
+            send_output_frame(stream.type, text.substr(0, keep));
             stream.sent += keep;
         }
+    }
+
+    // One output frame, as soon as it is read. A host that reads slowly (its caller's sink is
+    // slow) fills the socket and we wait here, which in turn stops reading the program's pipes:
+    // memory stays fixed on both sides. The wait must not outlast the exec's deadline, so at the
+    // deadline the tree is killed (nothing more is written) and the frame is finished after, for
+    // the host to read when it can. A small frame is one non-blocking send, as a blocking one was.
+    // False when the host is gone.
+    bool send_output_frame(char type, std::string_view payload) {
+        const auto header =
+            exec_wire::frame_header(type, static_cast<std::uint32_t>(payload.size()));
+        std::size_t done = 0;
+        const std::size_t total = header.size() + payload.size();
+        while (done < total) {
+            iovec parts[2];
+            int count = 0;
+            if (done < header.size()) {
+                parts[count++] = {const_cast<char*>(header.data()) + done, header.size() - done};
+                parts[count++] = {const_cast<char*>(payload.data()), payload.size()};
+            } else {
+                const auto offset = done - header.size();
+                parts[count++] = {const_cast<char*>(payload.data()) + offset,
+                                  payload.size() - offset};
+            }
+            msghdr message{};
+            message.msg_iov = parts;
+            message.msg_iovlen = static_cast<std::size_t>(count);
+            const ssize_t n = ::sendmsg(connection_, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0) {
+                done += static_cast<std::size_t>(n);
+                continue;
+            }
+            if (n < 0 && errno == EINTR) {
+                continue;
+            }
+            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+                return false;
+            }
+            int wait = -1;
+            if (!killed_) {
+                const auto left =
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now())
+                        .count();
+                wait = static_cast<int>(std::clamp<long long>(left, 0, 1000));
+                if (left <= 0) {
+                    kill_tree(guest_.cgroup, child_);
+                    killed_at_deadline_ = true;
+                    continue;
+                }
+            }
+            pollfd ready{connection_, POLLOUT, 0};
+            if (::poll(&ready, 1, wait) > 0 && (ready.revents & (POLLHUP | POLLERR))) {
+                return false;
+            }
+        }
+        return true;
     }
 
     void drain() {
@@ -366,6 +435,11 @@ class Exec {
     Guest guest_;
     Stream streams_[2];
     bool eof_[2] = {false, false};
+    // Set once the exec's tree was killed (deadline, cap, or a host that stopped reading).
+    bool killed_ = false;
+    bool killed_at_deadline_ = false;
+    Clock::time_point deadline_ = Clock::time_point::max();
+    pid_t child_ = -1;
     std::uint64_t cap_ = 0;
     bool stop_at_cap_ = false;
     std::uint64_t oom_kills_before_ = 0;

@@ -300,7 +300,7 @@ bool ExecReplyCollector::take(char type, std::string_view payload) {
 }
 
 ExecReply call_exec(const std::filesystem::path& socket, const ExecCall& call,
-                    std::chrono::milliseconds grace) {
+                    std::chrono::milliseconds grace, const ExecOutputCallback& on_output) {
     validate_exec_call(call);
     const auto address = supervisor_address(socket);
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -332,6 +332,9 @@ ExecReply call_exec(const std::filesystem::path& socket, const ExecCall& call,
         }
         if (collector.take(type, payload)) {
             return std::move(collector.reply());
+        }
+        if (on_output && (type == exec_wire::kStdout || type == exec_wire::kStderr)) {
+            on_output(type, payload);
         }
     }
 }

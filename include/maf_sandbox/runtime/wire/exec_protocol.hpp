@@ -2,10 +2,13 @@
 //
 // Frames are a type byte, a 4-byte little-endian length and the payload. The host sends 'R' (the
 // request as JSON) and 'I' (the stdin bytes, raw); the supervisor answers with 'O' / 'E' chunks
-// (stdout / stderr, never more than max_output_bytes per stream in total) and one final 'X' (the
-// outcome as JSON). Output beyond the cap is drained and counted on the supervisor's side, never
-// buffered, so memory stays constant on both sides whatever the program writes. Closing the
-// connection early kills the exec's whole process tree.
+// (stdout / stderr, never more than max_output_bytes per stream in total), each sent as soon as
+// it was read from the program's pipe, so a host sees output while the program runs, and one
+// final 'X' (the outcome as JSON). A host that reads slowly holds the supervisor's writes, which
+// holds the program's (its pipes fill); the supervisor's deadline still holds. Output beyond the
+// cap is drained and counted on the supervisor's side, never buffered, so memory stays constant on
+// both sides whatever the program writes. Closing the connection early kills the exec's whole
+// process tree.
 #pragma once
 
 #include <sys/un.h>
@@ -14,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -72,8 +76,12 @@ inline constexpr std::chrono::milliseconds kExecGrace{5000};
 // which kills the tree). Throws SandboxOutputUnreachable when the supervisor cannot be reached or
 // hangs up, InvalidArgument when the call itself is malformed (NUL in argv or env, a relative cwd).
 // LocalSandbox runs the same exchange without blocking (maf_sandbox/local/exec_client.hpp).
+// `on_output`, when set, is called with each output frame's type (exec_wire::kStdout or kStderr)
+// and bytes as it arrives, before the next is read; the reply still carries the capture.
+using ExecOutputCallback = std::function<void(char type, std::string_view bytes)>;
 ExecReply call_exec(const std::filesystem::path& socket, const ExecCall& call,
-                    std::chrono::milliseconds grace = kExecGrace);
+                    std::chrono::milliseconds grace = kExecGrace,
+                    const ExecOutputCallback& on_output = {});
 
 // --- Shared by every host-side client of the wire (blocking here, asynchronous in LocalSandbox),
 // so that each refuses, words its errors and caps output the same way. ---------------------------
