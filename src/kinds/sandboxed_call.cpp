@@ -269,12 +269,17 @@ Task<bool> run_program(const KindBinding& binding, CallSite& site, Command comma
         result.program = ProgramOutput{replace_invalid_utf8(over.stdout_head()),
                                        replace_invalid_utf8(over.stderr_head()), over.exit_code()};
         co_return false;
-    } catch (const Timeout&) {
+    } catch (const Timeout& timeout) {
         result.failure = CallFailure::timed_out;
         result.message = fmt::format(
             "The program did not finish within {:g} seconds and was stopped. Make it do less work "
             "per call, or ask the operator for a longer timeout.",
             binding.timeout.count());
+        // What it printed before the deadline, where the backend kept it: often the clue to why.
+        if (const auto* partial = dynamic_cast<const SandboxExecTimeout*>(&timeout)) {
+            result.program = ProgramOutput{replace_invalid_utf8(partial->stdout_head()),
+                                           replace_invalid_utf8(partial->stderr_head()), -1};
+        }
         co_return false;
     } catch (...) {
         error = std::current_exception();

@@ -35,6 +35,8 @@ std::string ToolResult::text() const {
     if (program) {
         if (failure == CallFailure::output_over_cap) {
             text += fmt::format("output head ({} further bytes dropped):\n", dropped_bytes);
+        } else if (failure == CallFailure::timed_out) {
+            text += "output before the timeout:\n";
         } else {
             text += fmt::format("exit code: {}\n", program->exit_code);
         }

@@ -176,6 +176,9 @@ TEST_F(McpServerTest, ATimedOutCallIsAnErrorResultSayingItWasStopped) {
     EXPECT_TRUE(result.at("isError").as_bool()) << json::serialize(result);
     const std::string text(result.at("content").as_array()[0].at("text").as_string());
     EXPECT_NE(text.find("did not finish within 1 seconds"), std::string::npos) << text;
+    // What the program printed before it was stopped comes back with the error.
+    EXPECT_NE(text.find("output before the timeout:"), std::string::npos) << text;
+    EXPECT_NE(text.find("begun"), std::string::npos) << text;
 }
 
 TEST_F(McpServerTest, OlderClientsGetTextWithoutStructuredContent) {

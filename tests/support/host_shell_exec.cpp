@@ -236,11 +236,13 @@ Task<ExecResult> HostShellSandbox::exec(ExecRequest request) {
             deadline.async_wait(asio::use_awaitable));
         if (outcome.index() == 1) {
             child.kill_group();
-            throw Timeout(
+            // With what the drains had read by the deadline, as the real backends keep it.
+            throw SandboxExecTimeout(
                 fmt::format("the command did not finish within {:.3g} s and was killed "
                             "with its process group; raise the timeout or make it "
                             "faster",
-                            request.timeout.count()));
+                            request.timeout.count()),
+                std::move(result.stdout_bytes), std::move(result.stderr_bytes));
         }
         result.exit_code = std::get<0>(outcome);
     }
