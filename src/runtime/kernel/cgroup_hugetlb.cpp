@@ -31,9 +31,10 @@ std::string size_name(std::uint64_t kib) {
     return fmt::format("{}KB", kib);
 }
 
-// Writes "0" to `name` beneath `dir`; false with errno set.
+// Writes "0" to `name` beneath `dir` (a link there is refused); false with errno set. O_TRUNC is
+// harmless on kernel files and keeps a plain file to exactly what was written.
 bool write_zero(int dir, const std::string& name) {
-    UniqueFd fd(::openat(dir, name.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
+    UniqueFd fd(::openat(dir, name.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW));
     if (!fd) {
         return false;
     }
