@@ -31,6 +31,7 @@
 #include "../kernel/service_identity.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/egress/egress.hpp"
+#include "maf_sandbox/runtime/kernel/host_budgets.hpp"
 #include "maf_sandbox/runtime/kernel/isolation.hpp"
 #include "maf_sandbox/runtime/wire/sandbox_files.hpp"
 
@@ -143,7 +144,9 @@ void child_says(const char* message) noexcept {
 //   1. close every descriptor but the four it keeps (no end of PID 1's reaches it);
 //   2. name lookups through `files` and `dns` only (no shared NSS module in a static program);
 //   3. a read-only, nosuid view of the host's files (it can write no host file by name);
-//   4. RLIMIT_FSIZE at the decision log's bound (the one file it writes stays bounded);
+//   4. RLIMIT_FSIZE at the decision log's bound (the one file it writes stays bounded), and
+//      RLIMIT_NOFILE at its part of the sandbox's file share (host_budgets.hpp), with the
+//      sessions it serves at once cut to what fits in it;
 //   5. become the sandbox's proxy user (service_identity.hpp): no groups, no capabilities,
 //      no_new_privs, not dumpable (3 and 4 came first: they need root);
 //   6. its own seccomp filter, last, so that nothing above needs a call the filter denies;
@@ -161,7 +164,8 @@ void child_says(const char* message) noexcept {
         ::__nss_configure_lookup("hosts", "files dns");                         // 2.
         if (!enter_read_only_mount_namespace() ||                               // 3.
             !limit_file_size(config.egress_operator.decision_log.max_bytes) ||  // 4.
-            !become_service_user(config.ids.proxy_id())) {                      // 5.
+            (config.budgets.proxy_nofile > 0 && !limit_open_files(config.budgets.proxy_nofile)) ||
+            !become_service_user(config.ids.proxy_id())) {  // 5.
             std::_Exit(1);
         }
         install_egress_proxy_filter();  // 6.
@@ -173,6 +177,10 @@ void child_says(const char* message) noexcept {
         EgressProxyOptions options;
         options.rules = compile_allowlist(config.egress.allow);
         options.operator_options = config.egress_operator;
+        if (config.budgets.proxy_nofile > 0) {
+            options.max_sessions =
+                std::min(options.max_sessions, egress_sessions_within(config.budgets.proxy_nofile));
+        }
         options.operator_options.hosts_file.reset();
         if (hosts >= 0) {
             options.operator_options.hosts_file = fd_path(hosts);
