@@ -414,6 +414,7 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     }
     config.owner = launch.owner;
     config.owner_pending_label = launch.owner_pending_label;
+    config.watch_later_owners = launch.watch_later_owners;
     if (launch.egress.mode == Egress::unrestricted) {
         // slirp4netns answers DNS on 10.0.2.3 (forwarding to the host's resolver).
         std::erase_if(config.mounts.files,
