@@ -136,7 +136,11 @@ bool wait_for(int life, const std::vector<UniqueFd>& owners, int timeout_ms, boo
     if (owner) {
         owners.push_back(std::move(owner));
     }
-    const auto interval = config.watch_later_owners ? kLaterOwnerPollInterval : kOwnerPollInterval;
+    // A pooled sandbox is read often (a run that takes it waits on nothing else); a conversation's
+    // sandbox, which may never get an owner, seldom.
+    const auto interval = config.watch_later_owners && config.owner_pending_label.empty()
+                              ? kLaterOwnerPollInterval
+                              : kOwnerPollInterval;
     for (;;) {
         bool owner_ended = false;
         if (owners.empty()) {
