@@ -39,8 +39,9 @@ constexpr const char* kAgent = "mcp";
 
 struct ServerProcess {
     pid_t pid = -1;
-    int input = -1;   // stdio: the server's stdin
-    int output = -1;  // stdio: the server's stdout
+    int input = -1;    // stdio: the server's stdin
+    int output = -1;   // stdio: the server's stdout
+    std::string seen;  // what it wrote that no output_shows has consumed yet
 };
 
 void end(ServerProcess& server) {
@@ -87,7 +88,7 @@ ServerProcess start_server(const fs::path& state, const std::vector<std::string>
     }
     ::close(in[0]);
     ::close(out[1]);
-    return {pid, in[1], out[0]};
+    return {pid, in[1], out[0], {}};
 }
 
 std::string initialize_requests() {
@@ -109,9 +110,8 @@ bool send(const ServerProcess& server, const std::string& text) {
 }
 
 // Reads the server's output until it shows `needle` or `within` passed.
-bool output_shows(const ServerProcess& server, const std::string& needle,
-                  std::chrono::seconds within) {
-    static thread_local std::string seen;
+bool output_shows(ServerProcess& server, const std::string& needle, std::chrono::seconds within) {
+    std::string& seen = server.seen;
     const auto deadline = std::chrono::steady_clock::now() + within;
     while (std::chrono::steady_clock::now() < deadline) {
         if (const auto at = seen.find(needle); at != std::string::npos) {
