@@ -58,6 +58,7 @@ struct McpOptions {
     std::optional<double> timeout;
     std::optional<std::uint64_t> max_output;
     std::optional<std::string> scope;
+    std::optional<std::string> thread;
     std::optional<std::string> work_dir;
     std::optional<bool> allow_remote;
     std::optional<std::size_t> max_session_sandboxes;
@@ -174,6 +175,7 @@ McpOptions merge(McpOptions file, const McpOptions& flags) {
     take(file.timeout, flags.timeout);
     take(file.max_output, flags.max_output);
     take(file.scope, flags.scope);
+    take(file.thread, flags.thread);
     take(file.work_dir, flags.work_dir);
     if (flags.allow_remote.value_or(false)) {
         file.allow_remote = true;  // an absent flag reads as false, which must not undo the file
@@ -192,7 +194,7 @@ bool nothing_said(const McpOptions& options) {
     return !options.http && !options.backend && !options.floor && !options.image &&
            !options.egress && options.allow.empty() && !options.files && !options.out_dir &&
            options.outputs.empty() && !options.timeout && !options.max_output && !options.scope &&
-           !options.work_dir && !options.allow_remote.value_or(false) &&
+           !options.thread && !options.work_dir && !options.allow_remote.value_or(false) &&
            !options.max_session_sandboxes;
 }
 
@@ -325,6 +327,9 @@ Service build_service(const McpOptions& options, Context& context) {
                                                     context.log);
     mcp::McpServerConfig config;
     config.server_version = MAF_SANDBOX_VERSION;
+    if (options.thread) {
+        config.thread = *options.thread;
+    }
     if (options.scope) {
         config.scope = *options.scope;
     }
@@ -441,6 +446,9 @@ void add_mcp_command(CLI::App& app, Context& context) {
     command->add_option("--max-output", flags->max_output,
                         "Bytes per output stream; more is refused, not truncated");
     command->add_option("--scope", flags->scope, "The sandbox key's scope for every session");
+    command->add_option("--thread", flags->thread,
+                        "The sandbox key's thread for every session (default: the session's id); "
+                        "servers with the same scope and thread share their sandboxes");
     command->add_option("--work-dir", flags->work_dir, "Guest base for the per-call directories");
     command->add_flag(
         "--allow-remote", flags->allow_remote,

@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "local_sandbox.hpp"
+#include "maf_sandbox/core/capacity_error.hpp"
 #include "maf_sandbox/core/declarations_check.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/labels.hpp"
@@ -84,6 +85,46 @@ struct LocalBackend::Impl {
         return destroy_recorded(registry, record);
     }
 
+    // A warm sandbox this owning backend reuses names it as a co-owner (runtime/wire/owner.hpp):
+    // the sandbox then ends with the last of its owners, whoever made it, and never while one
+    // still runs. Called under the key's cross-process lock. Throws SandboxCapacityExceeded when
+    // the sandbox has as many live owners as a record holds.
+    void take_part_ownership(SandboxRecord& record, const runtime::SandboxOwner& owner) {
+        const auto before = runtime::recorded_owners(record);
+        if (!runtime::add_recorded_owner(record, owner)) {
+            throw SandboxCapacityExceeded(fmt::format(
+                "sandbox {} is already used by {} live front ends, as many as it records; end one "
+                "of them or use another key",
+                record.id, runtime::kMaxOwners));
+        }
+        if (runtime::recorded_owners(record) != before) {
+            registry.update(record);
+        }
+    }
+
+    // A disposal by an owning backend of a sandbox another live front end co-owns only gives up
+    // this process's part: the sandbox stays for the other. Otherwise it is destroyed. Taken
+    // under the key's cross-process lock, so that no acquire adds an owner in between.
+    std::optional<std::string> release_or_destroy(const SandboxRecord& listed) {
+        if (!config.owned_by_this_process) {
+            return destroy(listed);
+        }
+        try {
+            const auto cross_process = registry.lock(acquire_lock_name(listed.labels));
+            auto record = registry.get(listed.id);
+            if (!record) {
+                return std::nullopt;  // gone meanwhile
+            }
+            if (runtime::remove_recorded_owner(*record, runtime::current_process_as_owner()) > 0) {
+                registry.update(*record);
+                return std::nullopt;
+            }
+            return destroy(*record);
+        } catch (const std::exception& e) {
+            return std::string(e.what());
+        }
+    }
+
     std::shared_ptr<Sandbox> wrap(const runtime::SandboxHandle& handle,
                                   const std::string& work_dir) {
         return std::make_shared<LocalSandbox>(handle, work_dir, config.transfer_limits,
@@ -114,6 +155,9 @@ struct LocalBackend::Impl {
                         "the live sandbox for this key and kind was created with egress {}, not "
                         "{}; it is kept as it is: dispose it first or ask for the same egress",
                         describe(held), describe(wanted)));
+                }
+                if (owner) {
+                    take_part_ownership(*record, *owner);
                 }
                 note_use(registry, *record);
                 const auto work = record->runtime.if_contains("work_dir");
@@ -247,6 +291,9 @@ struct LocalBackend::Impl {
             launch.egress = policy;
             launch.egress_operator = config.egress_operator;
             launch.owner = owner;
+            // A conversation's sandbox made without an owner is still watched for one: a front
+            // end that reuses it later (an MCP server) records itself, and it ends with that one.
+            launch.watch_later_owners = !owner;
             if (labels.count(kPoolLabel) > 0) {
                 launch.owner_pending_label = kPoolLabel;  // a run that takes it names its owner
             }
@@ -286,7 +333,7 @@ struct LocalBackend::Impl {
             if (!match(record)) {
                 continue;
             }
-            if (auto failure = destroy(record)) {
+            if (auto failure = release_or_destroy(record)) {
                 failures.push_back(*failure);
             } else {
                 ++count;

@@ -173,7 +173,12 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
     }
 
     kinds::CallerContext caller() const {
-        return kinds::CallerContext{server->config.scope, id, server->config.agent_dir, allowance};
+        return kinds::CallerContext{server->config.scope, key_thread(), server->config.agent_dir,
+                                    allowance};
+    }
+
+    const std::string& key_thread() const {
+        return server->config.thread.empty() ? id : server->config.thread;
     }
 
     // Runs one tool; never throws except cancellation.
@@ -402,7 +407,7 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
                               in_flight.size());
         }
         asio::steady_timer bound(executor, deadline);
-        auto purge = server->router->dispose_scope(server->config.scope, id);
+        auto purge = server->router->dispose_scope(server->config.scope, key_thread());
         auto expiry = bound.async_wait(asio::as_tuple(asio::use_awaitable));
         std::variant<ScopePurge, std::tuple<boost::system::error_code>> outcome;
         std::exception_ptr error;

@@ -23,8 +23,10 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
+#include "maf_sandbox/runtime/egress/egress.hpp"
 #include "maf_sandbox/runtime/host/gc.hpp"
 #include "maf_sandbox/runtime/host/sandbox_process.hpp"
+#include "maf_sandbox/runtime/kernel/host_budgets.hpp"
 #include "maf_sandbox/runtime/wire/registry.hpp"
 #include "polling.hpp"
 #include "process_probe.hpp"
@@ -204,6 +206,104 @@ TEST(EgressModes, ProxyRunsUnprivilegedOutsideTheSandboxFailsClosedAndGoesWithIt
     EXPECT_EQ(host.requests(), 1);
 
     EXPECT_FALSE(run_blocking(backend.dispose(key, std::nullopt)));
+}
+
+// The "Max open files" soft and hard limits of `pid`, as /proc/<pid>/limits shows them.
+std::string open_files_limits(pid_t pid) {
+    std::istringstream limits(read_text(fmt::format("/proc/{}/limits", pid)));
+    for (std::string line; std::getline(limits, line);) {
+        if (line.starts_with("Max open files")) {
+            std::istringstream fields(line.substr(std::string_view("Max open files").size()));
+            std::string soft;
+            std::string hard;
+            fields >> soft >> hard;
+            return soft + " " + hard;
+        }
+    }
+    return {};
+}
+
+LocalBackendConfig with_proxy_nofile(LocalBackendConfig config, std::uint64_t nofile) {
+    config.budgets = runtime::HostBudgets{};
+    config.budgets->proxy_nofile = nofile;
+    return config;
+}
+
+TEST(EgressModes, TheProxysDescriptorLimitIsItsPartOfTheSandboxsFileShare) {
+    StateDir state;
+    TestHost host;
+    const auto config = with_proxy_nofile(config_for(state, host), 96);
+    LocalBackend backend(config);
+    const SandboxKey key{"s", "t", "a", ""};
+    auto sandbox =
+        run_blocking(backend.acquire(key, spec_for(Egress::allowlist, {"allowed.test"})));
+    const auto proxy = find_process(only_record(state), kProxyComm);
+    ASSERT_TRUE(proxy) << "no egress proxy in the sandbox's cgroup";
+    const auto expected = runtime::sandbox_budgets(
+        *config.budgets, config.pids, runtime::read_kernel_number("/proc/sys/fs/file-max"),
+        runtime::read_kernel_number("/proc/sys/kernel/pid_max"), true);
+    EXPECT_EQ(expected.proxy_nofile, 96u);
+    EXPECT_EQ(open_files_limits(*proxy), "96 96");
+    // The guest's processes divide what the proxy left of the share.
+    EXPECT_EQ(sh(*sandbox, "ulimit -n"), fmt::format("{}\n", expected.nofile));
+    EXPECT_EQ(sh(*sandbox, "curl -s -m 10 http://allowed.test/"), "test-host\n");
+    EXPECT_FALSE(run_blocking(backend.dispose(key, std::nullopt)));
+}
+
+// The guest opens 40 connections to its proxy and holds them in the background; each is either
+// closed by the proxy at once or held (no byte and no end within 2 s). Writes the count to
+// flood.out in the guest's working directory.
+constexpr const char* kFlood = R"(setsid bash -c '
+fds=""; for i in $(seq 1 40); do exec {fd}<>/dev/tcp/127.0.0.1/3128 || break; fds="$fds $fd"; done
+closed=0; held=0
+for fd in $fds; do read -t 2 -u $fd x; rc=$?
+  if [ $rc -gt 128 ]; then held=$((held+1)); else closed=$((closed+1)); fi; done
+echo "closed=$closed held=$held" > flood.out; exec sleep 600' </dev/null >/dev/null 2>&1 &)";
+
+TEST(EgressModes, AConnectionFloodPastTheProxysLimitIsRefusedCleanlyAndHarmsNoOtherSandbox) {
+    StateDir state;
+    TestHost host;
+    LocalBackend flooded_backend(with_proxy_nofile(config_for(state, host), 96));
+    LocalBackend other_backend(config_for(state, host));
+    const SandboxKey flooded_key{"s", "flood", "a", ""};
+    const SandboxKey other_key{"s", "other", "a", ""};
+    auto flooded = run_blocking(
+        flooded_backend.acquire(flooded_key, spec_for(Egress::allowlist, {"allowed.test"})));
+    const auto flooded_record = only_record(state);
+    auto other = run_blocking(
+        other_backend.acquire(other_key, spec_for(Egress::allowlist, {"allowed.test"})));
+
+    sh(*flooded, kFlood);
+    std::string counts;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+    while (counts.empty() && std::chrono::steady_clock::now() < deadline) {
+        counts = sh(*flooded, "cat flood.out 2>/dev/null");
+        if (counts.empty()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+    }
+    const auto sessions = runtime::egress_sessions_within(96);
+    // Exactly as many sessions as fit are held; the rest were closed on accept, none left hanging.
+    EXPECT_EQ(counts, fmt::format("closed={} held={}\n", 40 - sessions, sessions));
+
+    // While the flood holds every session of its proxy: that proxy refuses a new connection
+    // cleanly and stays up, and the other sandbox's proxy serves as before.
+    const auto before = host.requests();
+    EXPECT_EQ(sh(*other, "curl -s -m 10 http://allowed.test/"), "test-host\n");
+    EXPECT_NE(sh(*flooded, "curl -s -m 10 http://allowed.test/; echo rc=$?"), "test-host\nrc=0\n");
+    EXPECT_TRUE(find_process(flooded_record, kProxyComm));
+    EXPECT_EQ(host.requests(), before + 1);
+
+    // The flood ends: the flooded sandbox's proxy serves again.
+    sh(*flooded, "pkill -x sleep; true");
+    std::string served;
+    const auto again = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (served != "test-host\n" && std::chrono::steady_clock::now() < again) {
+        served = sh(*flooded, "curl -s -m 5 http://allowed.test/");
+    }
+    EXPECT_EQ(served, "test-host\n");
+    EXPECT_FALSE(run_blocking(flooded_backend.dispose(flooded_key, std::nullopt)));
+    EXPECT_FALSE(run_blocking(other_backend.dispose(other_key, std::nullopt)));
 }
 
 TEST(EgressModes, ProxyEndsWithItsSandboxAndGcLeavesNoProcess) {

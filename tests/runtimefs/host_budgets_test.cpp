@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
+
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/egress/egress.hpp"
 
 namespace maf_sandbox::runtime {
 namespace {
@@ -38,12 +41,61 @@ TEST(HostBudgets, ThePidBudgetIsTheShareOfPidMax) {
     EXPECT_EQ(pid_budget(budgets, 32768), 327u);
 }
 
+TEST(HostBudgets, TheEgressProxysDescriptorsComeOutOfTheSameShare) {
+    const HostBudgets budgets;
+    const std::uint64_t file_max = 2466112;
+    const std::uint64_t share = file_max / 100 * budgets.file_share_percent;
+    const auto without = sandbox_budgets(budgets, 512, file_max, 32768);
+    EXPECT_EQ(without.proxy_nofile, 0u);
+    const auto with = sandbox_budgets(budgets, 512, file_max, 32768, true);
+    EXPECT_EQ(with.proxy_nofile, budgets.proxy_nofile);
+    // The guest divides what the proxy leaves: both together stay within the share.
+    EXPECT_EQ(with.nofile, (share - budgets.proxy_nofile) / 512);
+    EXPECT_LE(with.nofile * 512 + with.proxy_nofile, share);
+    EXPECT_LE(with.nofile, without.nofile);
+}
+
+TEST(HostBudgets, TheProxyTakesAtMostHalfTheShareAndTooSmallAShareIsRefused) {
+    HostBudgets budgets;
+    budgets.proxy_nofile = 1u << 20;
+    const std::uint64_t file_max = 100000;  // a share of 10000
+    const auto budgets_of_small = sandbox_budgets(budgets, 10, file_max, 32768, true);
+    EXPECT_EQ(budgets_of_small.proxy_nofile, 5000u);
+    EXPECT_EQ(budgets_of_small.nofile, 500u);
+    // A share whose half is below kMinNofile leaves the proxy too little: refused, not clamped.
+    EXPECT_THROW(sandbox_budgets(budgets, 1, 1000, 32768, true), SandboxCapacityExceeded);
+    EXPECT_NO_THROW(sandbox_budgets(budgets, 1, 1000, 32768, false));
+}
+
+TEST(HostBudgets, TheProxysLimitTravelsInTheConfigAndAnOlderConfigHasNone) {
+    SandboxBudgets budgets;
+    budgets.nofile = 400;
+    budgets.proxy_nofile = 2048;
+    EXPECT_EQ(SandboxBudgets::from_json(budgets.to_json()).proxy_nofile, 2048u);
+    auto older = budgets.to_json();
+    older.as_object().erase("proxy_nofile");
+    EXPECT_EQ(SandboxBudgets::from_json(older).proxy_nofile, 0u);
+}
+
+TEST(HostBudgets, TheProxysSessionsFitItsDescriptorLimit) {
+    for (const std::uint64_t nofile : {64u, 96u, 2048u, 20000u}) {
+        const auto sessions = egress_sessions_within(nofile);
+        EXPECT_GE(sessions, 1u);
+        // Eight descriptors a session at most, and room left for the process's own.
+        EXPECT_LE(sessions * 8 + 32, std::max<std::uint64_t>(nofile, 40)) << nofile;
+    }
+    EXPECT_EQ(egress_sessions_within(2048), 252u);
+    EXPECT_EQ(egress_sessions_within(10), 1u);
+}
+
 TEST(HostBudgets, EnvironmentOverridesEachDefaultAndRefusesNonsense) {
     ::setenv("MAF_SANDBOX_PID_SHARE", "50", 1);
     ::setenv("MAF_SANDBOX_FILE_SHARE", "5", 1);
     ::setenv("MAF_SANDBOX_SIGPENDING", "1024", 1);
     ::setenv("MAF_SANDBOX_MSGQUEUE_BYTES", "4096", 1);
+    ::setenv("MAF_SANDBOX_PROXY_NOFILE", "512", 1);
     const auto budgets = HostBudgets::from_environment();
+    EXPECT_EQ(budgets.proxy_nofile, 512u);
     EXPECT_EQ(budgets.pid_share_percent, 50u);
     EXPECT_EQ(budgets.file_share_percent, 5u);
     EXPECT_EQ(budgets.sigpending, 1024u);
@@ -52,8 +104,14 @@ TEST(HostBudgets, EnvironmentOverridesEachDefaultAndRefusesNonsense) {
         ::setenv("MAF_SANDBOX_PID_SHARE", bad, 1);
         EXPECT_THROW(HostBudgets::from_environment(), InvalidArgument) << bad;
     }
-    for (const char* name : {"MAF_SANDBOX_PID_SHARE", "MAF_SANDBOX_FILE_SHARE",
-                             "MAF_SANDBOX_SIGPENDING", "MAF_SANDBOX_MSGQUEUE_BYTES"}) {
+    ::setenv("MAF_SANDBOX_PID_SHARE", "50", 1);
+    for (const char* bad : {"10", "0", "lots"}) {  // below kMinNofile, or no number
+        ::setenv("MAF_SANDBOX_PROXY_NOFILE", bad, 1);
+        EXPECT_THROW(HostBudgets::from_environment(), InvalidArgument) << bad;
+    }
+    for (const char* name :
+         {"MAF_SANDBOX_PID_SHARE", "MAF_SANDBOX_FILE_SHARE", "MAF_SANDBOX_SIGPENDING",
+          "MAF_SANDBOX_MSGQUEUE_BYTES", "MAF_SANDBOX_PROXY_NOFILE"}) {
         ::unsetenv(name);
     }
     EXPECT_EQ(HostBudgets::from_environment().pid_share_percent, HostBudgets{}.pid_share_percent);

@@ -45,6 +45,11 @@ struct McpServerConfig {
     // The sandbox key's scope and agent for every session of this server.
     std::string scope = "maf-sandbox-mcp";
     std::string agent_dir = "mcp";
+    // The sandbox key's thread for every session (`--thread`); empty: each session's own id.
+    // Servers given the same scope and thread share their sandboxes, each recording itself as a
+    // co-owner with the local backend; a session that ends still disposes them, as before (the
+    // backend then only gives up its own part while another server uses them).
+    std::string thread;
     // How long closing a session may take (cancelling calls, then disposing).
     Seconds close_timeout{1.5};
     // How many sandboxes one session may hold at once; a tool call beyond it is refused with a

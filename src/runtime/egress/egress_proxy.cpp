@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -69,6 +71,13 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, ProxyState& proxy) {
 }  // namespace
 
 }  // namespace proxy
+
+std::size_t egress_sessions_within(std::uint64_t nofile) {
+    constexpr std::uint64_t kOwnDescriptors = 32;
+    constexpr std::uint64_t kPerSession = 8;
+    return static_cast<std::size_t>(std::max<std::uint64_t>(
+        nofile > kOwnDescriptors ? (nofile - kOwnDescriptors) / kPerSession : 0, 1));
+}
 
 int run_egress_proxy(int listener, int lifetime_fd, const EgressProxyOptions& options) {
     using namespace proxy;

@@ -332,7 +332,8 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
         launch.budgets ? *launch.budgets : HostBudgets::from_environment();
     const std::uint64_t pid_max = read_kernel_number("/proc/sys/kernel/pid_max");
     const SandboxBudgets budgets = sandbox_budgets(
-        host_budgets, launch.limits.pids, read_kernel_number("/proc/sys/fs/file-max"), pid_max);
+        host_budgets, launch.limits.pids, read_kernel_number("/proc/sys/fs/file-max"), pid_max,
+        launch.egress.mode == Egress::allowlist);
     const IdClaims claims(launch.id_claims_dir.empty() ? default_id_claims_dir()
                                                        : launch.id_claims_dir);
     // Released (after the rollback below has ended everything) unless the launch succeeds.
@@ -414,6 +415,7 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     }
     config.owner = launch.owner;
     config.owner_pending_label = launch.owner_pending_label;
+    config.watch_later_owners = launch.watch_later_owners;
     if (launch.egress.mode == Egress::unrestricted) {
         // slirp4netns answers DNS on 10.0.2.3 (forwarding to the host's resolver).
         std::erase_if(config.mounts.files,

@@ -1,6 +1,7 @@
 // cgroup v1 (and the v1 half of a hybrid layout): one hierarchy per controller. Limits are
 // memory.limit_in_bytes (+ memory.memsw.limit_in_bytes), pids.max and cpu.cfs_quota_us; the
 // process-tracking hierarchies pids and freezer are delegated to the sandbox.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/kernel/cgroup.hpp"
+#include "maf_sandbox/runtime/kernel/cgroup_hugetlb.hpp"
 #include "maf_sandbox/runtime/kernel/kernel_files.hpp"
 
 namespace maf_sandbox::runtime::cgroup_detail {
@@ -44,17 +46,6 @@ bool swap_enabled() {
         ++lines;
     }
     return lines > 1;  // the first line is the header
-}
-
-// Every cgroup directory at and below `dir`, children before parents.
-void post_order(const fs::path& dir, std::vector<fs::path>& out) {
-    std::error_code ec;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-        if (it->is_directory(ec) && !it->is_symlink(ec)) {
-            post_order(it->path(), out);
-        }
-    }
-    out.push_back(dir);
 }
 
 void chown_delegated(const fs::path& dir, uid_t uid, gid_t gid) {
@@ -97,76 +88,31 @@ class CgroupV1 final : public SandboxCgroup {
     }
 
     void kill_all() override {
-        using namespace std::chrono_literals;
         const auto freezer = find("freezer");
-        // (perf) Polled with a backoff from 100 us: killed processes usually leave the cgroup in
-        // well under a millisecond, and disposal waits on this. Still about 5 s in all.
-        const auto deadline = std::chrono::steady_clock::now() + 5s;
-        const auto signal_all = [&] {
-            bool any = false;
-            for (const auto& top : paths_) {
-                std::vector<fs::path> dirs;
-                post_order(top, dirs);
-                for (const auto& dir : dirs) {
-                    for (const pid_t pid : read_procs(dir)) {
-                        ::kill(pid, SIGKILL);
-                        any = true;
-                    }
-                }
-            }
-            return any;
-        };
-        for (int round = 0; std::chrono::steady_clock::now() < deadline; ++round) {
-            // (perf) Looked at unfrozen first: nothing can join an empty sandbox cgroup by
-            // itself, so an empty one (PID 1 already ended its namespace, destroy_sandbox) needs
-            // no freezer round, whose freeze and thaw each patch kernel code on every CPU.
-            if (!any_process()) {
-                return;
-            }
-            // Freezing first means nothing in the tree can fork between reading the list and
-            // the kill.
-            if (freezer) {
-                try_write(*freezer / "freezer.state", "FROZEN");
-            }
-            const bool any = signal_all();
-            if (freezer) {
-                thaw_tree(*freezer);
-            }
-            if (!any) {
-                return;
-            }
-            std::this_thread::sleep_for(
-                std::min<std::chrono::microseconds>(100us * (1 << std::min(round, 7)), 10ms));
-        }
-        throw SystemError(EBUSY, "killing every process of a sandbox: some survived 5 s of SIGKILL",
-                          "check for processes stuck in uninterruptible sleep (state D)");
+        kill_until_empty([this] { return any_process(); },
+                         [&] {
+                             // Frozen first, so nothing in the tree can fork between reading the
+                             // list and the kill.
+                             if (freezer) {
+                                 try_write(*freezer / "freezer.state", "FROZEN");
+                             }
+                             for (const auto& top : paths_) {
+                                 std::vector<fs::path> dirs;
+                                 post_order(top, dirs);
+                                 for (const auto& dir : dirs) {
+                                     for (const pid_t pid : read_procs(dir)) {
+                                         ::kill(pid, SIGKILL);
+                                     }
+                                 }
+                             }
+                             if (freezer) {
+                                 thaw_tree(*freezer);
+                             }
+                         },
+                         "SIGKILL");
     }
 
-    void destroy() override {
-        std::error_code ec;
-        bool any = false;
-        for (const auto& top : paths_) {
-            any = fs::exists(top, ec) || any;
-        }
-        if (!any) {
-            return;
-        }
-        kill_all();
-        for (const auto& top : paths_) {
-            if (!fs::exists(top, ec)) {
-                continue;
-            }
-            std::vector<fs::path> dirs;
-            post_order(top, dirs);
-            for (const auto& dir : dirs) {
-                if (!remove_dir_retrying(dir)) {
-                    throw SystemError(
-                        errno, fmt::format("removing cgroup {}", dir.string()),
-                        "run `maf-sandbox gc` later; the kernel may still be releasing it");
-                }
-            }
-        }
-    }
+    void destroy() override { destroy_trees(*this, paths_); }
 
     void freeze(bool frozen) override {
         using namespace std::chrono_literals;
@@ -255,7 +201,11 @@ std::unique_ptr<SandboxCgroup> create_v1(std::string_view name, const CgroupLimi
     const Need needs[] = {{"memory", limits.memory_bytes > 0},
                           {"pids", true},
                           {"cpu", limits.cpus > 0},
-                          {"freezer", false}};
+                          {"freezer", false},
+                          {"hugetlb", false}};
+    // Huge pages are refused by the guest's filter everywhere; where the v1 hugetlb hierarchy is
+    // mounted the sandbox also gets a cgroup there with every size's limit at 0.
+    const auto huge_page_sizes = host_hugetlb_sizes();
     for (const auto& need : needs) {
         if (need.required && !controller_mounted(need.controller)) {
             throw SandboxCapabilityNotSupported(fmt::format(
@@ -281,7 +231,8 @@ std::unique_ptr<SandboxCgroup> create_v1(std::string_view name, const CgroupLimi
             // (perf) memory and cpu only when limited: each hierarchy costs a mkdir, a join of the
             // supervisor and an rmdir per sandbox. pids and freezer track processes (kill_all).
             const std::string_view kind = need.controller;
-            if (!need.required && (kind == "memory" || kind == "cpu")) {
+            if ((!need.required && (kind == "memory" || kind == "cpu")) ||
+                (kind == "hugetlb" && huge_page_sizes.empty())) {
                 continue;
             }
             const fs::path dir = controller_root(need.controller) /
@@ -321,6 +272,13 @@ std::unique_ptr<SandboxCgroup> create_v1(std::string_view name, const CgroupLimi
                 }
                 write_file(dir / "cpu.cfs_quota_us",
                            std::to_string(std::max<std::uint64_t>(quota, 1000)));
+            }
+            if (controller == "hugetlb") {
+                UniqueFd opened(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+                if (!opened) {
+                    throw SystemError(errno, fmt::format("opening cgroup {}", dir.string()));
+                }
+                deny_hugetlb(opened.get(), CgroupLayout::v1, huge_page_sizes);
             }
             if (controller == "pids" || controller == "freezer") {
                 chown_delegated(dir, uid, gid);

@@ -1,5 +1,6 @@
 // cgroup v2: one directory holds the limits (memory.max with memory.swap.max 0, pids.max,
 // cpu.max) and is delegated whole to the sandbox; cgroup.kill ends every process beneath it.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/kernel/cgroup.hpp"
+#include "maf_sandbox/runtime/kernel/cgroup_hugetlb.hpp"
 #include "maf_sandbox/runtime/kernel/kernel_files.hpp"
 
 namespace maf_sandbox::runtime::cgroup_detail {
@@ -21,16 +23,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::uint64_t kCpuPeriodUs = 100000;
-
-void post_order(const fs::path& dir, std::vector<fs::path>& out) {
-    std::error_code ec;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-        if (it->is_directory(ec) && !it->is_symlink(ec)) {
-            post_order(it->path(), out);
-        }
-    }
-    out.push_back(dir);
-}
 
 bool populated(const fs::path& dir) {
     const auto events = read_kernel_file(dir / "cgroup.events");
@@ -49,38 +41,15 @@ class CgroupV2 final : public SandboxCgroup {
     fs::path oom_kill_count_file() const override { return dir_ / "memory.events"; }
 
     void kill_all() override {
-        using namespace std::chrono_literals;
         std::error_code ec;
         if (!fs::exists(dir_, ec)) {
             return;
         }
-        for (int round = 0; round < 500 && populated(dir_); ++round) {
-            write_file(dir_ / "cgroup.kill", "1");
-            std::this_thread::sleep_for(round < 20 ? 2ms : 10ms);
-        }
-        if (populated(dir_)) {
-            throw SystemError(
-                EBUSY, "killing every process of a sandbox: some survived 5 s of cgroup.kill",
-                "check for processes stuck in uninterruptible sleep (state D)");
-        }
+        kill_until_empty([this] { return populated(dir_); },
+                         [this] { write_file(dir_ / "cgroup.kill", "1"); }, "cgroup.kill");
     }
 
-    void destroy() override {
-        std::error_code ec;
-        if (!fs::exists(dir_, ec)) {
-            return;
-        }
-        kill_all();
-        std::vector<fs::path> dirs;
-        post_order(dir_, dirs);
-        for (const auto& dir : dirs) {
-            if (!remove_dir_retrying(dir)) {
-                throw SystemError(
-                    errno, fmt::format("removing cgroup {}", dir.string()),
-                    "run `maf-sandbox gc` later; the kernel may still be releasing it");
-            }
-        }
-    }
+    void destroy() override { destroy_trees(*this, {dir_}); }
 
     void freeze(bool frozen) override {
         using namespace std::chrono_literals;
@@ -110,10 +79,15 @@ std::unique_ptr<SandboxCgroup> create_v2(std::string_view name, const CgroupLimi
     const fs::path parent = fs::path(kCgroupRoot) / fs::path(own_cgroup("")).relative_path();
     const auto available = read_kernel_file(parent / "cgroup.controllers").value_or("");
     std::string enable;
+    // Huge pages are refused by the guest's filter everywhere; where this cgroup offers the
+    // hugetlb controller every size's limit is 0 too.
+    const auto huge_page_sizes = host_hugetlb_sizes();
+    bool hugetlb = false;
     for (const auto& [controller, wanted] :
          {std::pair<std::string, bool>{"memory", limits.memory_bytes > 0},
           {"pids", true},
-          {"cpu", limits.cpus > 0}}) {
+          {"cpu", limits.cpus > 0},
+          {"hugetlb", false}}) {
         if (available.find(controller) == std::string::npos) {
             if (wanted) {
                 throw SandboxCapabilityNotSupported(
@@ -123,6 +97,12 @@ std::unique_ptr<SandboxCgroup> create_v2(std::string_view name, const CgroupLimi
                                 controller, parent.string(), controller));
             }
             continue;
+        }
+        if (controller == "hugetlb") {
+            if (huge_page_sizes.empty()) {
+                continue;
+            }
+            hugetlb = true;
         }
         enable += fmt::format("+{} ", controller);
     }
@@ -150,6 +130,13 @@ std::unique_ptr<SandboxCgroup> create_v2(std::string_view name, const CgroupLimi
         }
         if (limits.pids > 0) {
             write_file(dir / "pids.max", std::to_string(limits.pids));
+        }
+        if (hugetlb) {
+            UniqueFd opened(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+            if (!opened) {
+                throw SystemError(errno, fmt::format("opening cgroup {}", dir.string()));
+            }
+            deny_hugetlb(opened.get(), CgroupLayout::v2, huge_page_sizes);
         }
         if (limits.cpus > 0) {
             const auto quota = static_cast<std::uint64_t>(std::llround(limits.cpus * kCpuPeriodUs));

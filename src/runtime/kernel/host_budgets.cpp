@@ -61,6 +61,8 @@ HostBudgets HostBudgets::from_environment() {
         env_number("MAF_SANDBOX_PID_SHARE", budgets.pid_share_percent, 1, 100));
     budgets.file_share_percent = static_cast<std::uint32_t>(
         env_number("MAF_SANDBOX_FILE_SHARE", budgets.file_share_percent, 1, 100));
+    budgets.proxy_nofile = env_number("MAF_SANDBOX_PROXY_NOFILE", budgets.proxy_nofile, kMinNofile,
+                                      std::uint64_t{1} << 20);
     budgets.sigpending =
         env_number("MAF_SANDBOX_SIGPENDING", budgets.sigpending, 1, std::uint64_t{1} << 31);
     budgets.msgqueue_bytes =
@@ -74,6 +76,7 @@ json::value SandboxBudgets::to_json() const {
         limits.emplace_back(json::object{{"name", limit.name}, {"value", limit.value}});
     }
     return json::object{{"nofile", nofile},
+                        {"proxy_nofile", proxy_nofile},
                         {"sigpending", sigpending},
                         {"msgqueue_bytes", msgqueue_bytes},
                         {"namespace_limits", std::move(limits)}};
@@ -83,6 +86,9 @@ SandboxBudgets SandboxBudgets::from_json(const json::value& value) {
     const auto& in = value.as_object();
     SandboxBudgets budgets;
     budgets.nofile = in.at("nofile").to_number<std::uint64_t>();
+    if (const auto* proxy = in.if_contains("proxy_nofile")) {
+        budgets.proxy_nofile = proxy->to_number<std::uint64_t>();
+    }
     budgets.sigpending = in.at("sigpending").to_number<std::uint64_t>();
     budgets.msgqueue_bytes = in.at("msgqueue_bytes").to_number<std::uint64_t>();
     for (const auto& item : in.at("namespace_limits").as_array()) {
@@ -112,11 +118,21 @@ std::uint64_t pid_budget(const HostBudgets& budgets, std::uint64_t pid_max) {
 }
 
 SandboxBudgets sandbox_budgets(const HostBudgets& budgets, std::uint64_t pids,
-                               std::uint64_t file_max, std::uint64_t pid_max) {
+                               std::uint64_t file_max, std::uint64_t pid_max, bool egress_proxy) {
     const std::uint64_t processes = pids == 0 ? pid_max : pids;
     const std::uint64_t share = file_max / 100 * budgets.file_share_percent;
+    // The proxy runs on the sandbox's behalf, so its descriptors are the sandbox's: taken from
+    // the share first, never more than half of it.
+    const std::uint64_t proxy = egress_proxy ? std::min(budgets.proxy_nofile, share / 2) : 0;
+    if (egress_proxy && proxy < kMinNofile) {
+        throw SandboxCapacityExceeded(fmt::format(
+            "the egress proxy would get only {} open files within the sandbox's {}% share of "
+            "this host's fs.file-max ({}); raise the share (MAF_SANDBOX_FILE_SHARE) or the "
+            "proxy's limit (MAF_SANDBOX_PROXY_NOFILE, at least {}; docs/SECURITY.md)",
+            proxy, budgets.file_share_percent, file_max, kMinNofile));
+    }
     const std::uint64_t nofile =
-        std::min(budgets.max_nofile, share / std::max<std::uint64_t>(processes, 1));
+        std::min(budgets.max_nofile, (share - proxy) / std::max<std::uint64_t>(processes, 1));
     if (nofile < kMinNofile) {
         throw SandboxCapacityExceeded(fmt::format(
             "a sandbox of {} processes would leave each only {} open files within its {}% share "
@@ -126,6 +142,7 @@ SandboxBudgets sandbox_budgets(const HostBudgets& budgets, std::uint64_t pids,
     }
     SandboxBudgets out;
     out.nofile = nofile;
+    out.proxy_nofile = proxy;
     out.sigpending = budgets.sigpending;
     out.msgqueue_bytes = budgets.msgqueue_bytes;
     for (const auto& limit : budgets.namespace_limits) {
@@ -136,6 +153,11 @@ SandboxBudgets sandbox_budgets(const HostBudgets& budgets, std::uint64_t pids,
     }
     out.namespace_limits = budgets.namespace_limits;
     return out;
+}
+
+bool limit_open_files(std::uint64_t nofile) noexcept {
+    const rlimit limit{nofile, nofile};
+    return ::setrlimit(RLIMIT_NOFILE, &limit) == 0;
 }
 
 ScopedCreationLimits::ScopedCreationLimits(const SandboxBudgets& budgets) {

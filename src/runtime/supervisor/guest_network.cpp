@@ -31,6 +31,7 @@
 #include "../kernel/service_identity.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/egress/egress.hpp"
+#include "maf_sandbox/runtime/kernel/host_budgets.hpp"
 #include "maf_sandbox/runtime/kernel/seccomp.hpp"
 #include "maf_sandbox/runtime/wire/sandbox_files.hpp"
 
@@ -169,6 +170,10 @@ int serve_guest_listener(const SupervisorConfig& config, int channel, int lifeti
     EgressProxyOptions options;
     options.rules = compile_allowlist(config.egress.allow);
     options.operator_options = config.egress_operator;
+    if (config.budgets.proxy_nofile > 0) {
+        options.max_sessions =
+            std::min(options.max_sessions, egress_sessions_within(config.budgets.proxy_nofile));
+    }
     options.operator_options.hosts_file.reset();
     if (hosts >= 0) {
         options.operator_options.hosts_file = fd_path(hosts);
@@ -187,10 +192,12 @@ int serve_guest_listener(const SupervisorConfig& config, int channel, int lifeti
 // It runs as the sandbox's proxy id (no guest's, no other sandbox's), in a read-only view of the
 // host's files, under its own syscall filter, and can write only `log`, up to the log's bound.
 // The egress proxy's recipe, in order. A read-only, nosuid view of the host's files (it can write
-// no host file by name) and RLIMIT_FSIZE at the decision log's bound (the one file it writes stays
-// bounded) need root, so they come before the proxy user (no groups, no capabilities,
-// no_new_privs, not dumpable). Its own seccomp filter comes last, so that nothing before it needs
-// a call the filter denies, and only then does it take the guest's listener.
+// no host file by name), RLIMIT_FSIZE at the decision log's bound (the one file it writes stays
+// bounded) and RLIMIT_NOFILE at its part of the sandbox's file share (host_budgets.hpp; the
+// sessions it serves at once are cut to what fits in it) need root, so they come before the proxy
+// user (no groups, no capabilities, no_new_privs, not dumpable). Its own seccomp filter comes
+// last, so that nothing before it needs a call the filter denies, and only then does it take the
+// guest's listener.
 [[noreturn]] void proxy_process(const SupervisorConfig& config, int channel, int lifetime, int log,
                                 int hosts) noexcept {
     int status = 1;
@@ -199,9 +206,10 @@ int serve_guest_listener(const SupervisorConfig& config, int channel, int lifeti
         resolve_names_without_nss_modules();                                      // 2.
         or_exit(enter_read_only_mount_namespace());                               // 3.
         or_exit(limit_file_size(config.egress_operator.decision_log.max_bytes));  // 4.
-        or_exit(become_service_user(config.ids.proxy_id()));                      // 5.
-        install_egress_proxy_filter();                                            // 6.
-        status = serve_guest_listener(config, channel, lifetime, log, hosts);     // 7.
+        or_exit(config.budgets.proxy_nofile == 0 || limit_open_files(config.budgets.proxy_nofile));
+        or_exit(become_service_user(config.ids.proxy_id()));                   // 5.
+        install_egress_proxy_filter();                                         // 6.
+        status = serve_guest_listener(config, channel, lifetime, log, hosts);  // 7.
     } catch (...) {
         status = 1;
     }

@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -65,13 +67,36 @@ fs::path state_dir_of(const SupervisorConfig& config) {
     std::_Exit(1);
 }
 
-// True when the life pipe reports EOF within `timeout_ms` (-1: forever) or `owner` (when not -1)
-// becomes readable; `owner_ended` says which.
-bool wait_for(int life, int owner, int timeout_ms, bool& owner_ended) {
-    pollfd fds[2] = {{life, POLLIN, 0}, {owner, POLLIN, 0}};
-    const nfds_t count = owner >= 0 ? 2 : 1;
+// Pidfds on every owner `record` names that still runs (owner.hpp's co-owners).
+std::vector<UniqueFd> open_live_owners(const SandboxRecord& record) {
+    std::vector<UniqueFd> owners;
+    for (const auto& owner : recorded_owners(record)) {
+        if (auto pidfd = open_owner(owner)) {
+            owners.push_back(std::move(pidfd));
+        }
+    }
+    return owners;
+}
+
+// The sandbox's record, or nullopt when it is not written yet, is being replaced or cannot be
+// read.
+std::optional<SandboxRecord> read_record(const SupervisorConfig& config) {
+    try {
+        return Registry(state_dir_of(config)).get(config.id);
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+// True when the life pipe reports EOF within `timeout_ms` (-1: forever) or one of `owners`
+// becomes readable (its process ended); `owner_ended` says which.
+bool wait_for(int life, const std::vector<UniqueFd>& owners, int timeout_ms, bool& owner_ended) {
+    std::vector<pollfd> fds{{life, POLLIN, 0}};
+    for (const auto& owner : owners) {
+        fds.push_back({owner.get(), POLLIN, 0});
+    }
     for (;;) {
-        const int ready = ::poll(fds, count, timeout_ms);
+        const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
         if (ready < 0 && errno == EINTR) {
             continue;
         }
@@ -81,12 +106,20 @@ bool wait_for(int life, int owner, int timeout_ms, bool& owner_ended) {
         // The sandbox's end wins when both arrive together: it was disposed by its owner, whose
         // exit followed.
         const bool life_ended = (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-        owner_ended =
-            !life_ended && count == 2 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+        owner_ended = false;
+        for (std::size_t i = 1; i < fds.size() && !life_ended; ++i) {
+            owner_ended = owner_ended || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+        }
         return true;
     }
 }
 
+// The watcher, in order: watch the owners it has (the creator's pidfd, or none yet); when one
+// ends, read the record again and watch whichever co-owners still run; when none does, dispose.
+// Without owners (a pooled sandbox, or one made for a conversation) it reads the record every
+// poll interval until one is recorded: a pooled sandbox taken without one ends the watch, while a
+// conversation's sandbox is watched for as long as it lives, since a later front end (an MCP
+// server reusing it by key) may record itself.
 [[noreturn]] void watch(const SupervisorConfig& config, UniqueFd life, UniqueFd owner) {
     // Nothing of the launch's: the ready pipe and the cgroup pipe must reach EOF when the
     // supervisor's host-side half exits, whatever the watcher does.
@@ -99,39 +132,58 @@ bool wait_for(int life, int owner, int timeout_ms, bool& owner_ended) {
     }
     ::syscall(SYS_close_range, 64, ~0u, 0);
     ::prctl(PR_SET_NAME, "maf-sbx-owner", 0, 0, 0);
-    bool owner_ended = false;
-    while (!owner.valid()) {
-        // A pooled sandbox: wait until a taker records its owner.
-        if (wait_for(life.get(), -1, static_cast<int>(kOwnerPollInterval.count()), owner_ended)) {
-            std::_Exit(0);  // the sandbox ended first
-        }
-        std::optional<SandboxRecord> record;
-        try {
-            record = Registry(state_dir_of(config)).get(config.id);
-        } catch (const std::exception&) {
-        }
-        if (!record) {
-            continue;  // not written yet, or being replaced
-        }
-        if (const auto recorded = recorded_owner(*record)) {
-            owner = open_owner(*recorded);
-            if (!owner) {
-                dispose(config);  // it ended before we could watch it
+    std::vector<UniqueFd> owners;
+    if (owner) {
+        owners.push_back(std::move(owner));
+    }
+    // A pooled sandbox is read often (a run that takes it waits on nothing else); a conversation's
+    // sandbox, which may never get an owner, seldom.
+    const auto interval = config.watch_later_owners && config.owner_pending_label.empty()
+                              ? kLaterOwnerPollInterval
+                              : kOwnerPollInterval;
+    for (;;) {
+        bool owner_ended = false;
+        if (owners.empty()) {
+            if (wait_for(life.get(), owners, static_cast<int>(interval.count()), owner_ended)) {
+                std::_Exit(0);  // the sandbox ended first
             }
-        } else if (record->labels.count(config.owner_pending_label) == 0) {
-            std::_Exit(0);  // taken without an owner (a conversation's sandbox): it may outlive
+            const auto record = read_record(config);
+            if (!record) {
+                continue;
+            }
+            owners = open_live_owners(*record);
+            if (owners.empty() && !recorded_owners(*record).empty()) {
+                dispose(config);  // its owners ended before we could watch them
+            }
+            if (owners.empty() && !config.watch_later_owners &&
+                record->labels.count(config.owner_pending_label) == 0) {
+                std::_Exit(0);  // taken without an owner (a conversation's sandbox): it may outlive
+            }
+            continue;
+        }
+        if (!wait_for(life.get(), owners, -1, owner_ended) || !owner_ended) {
+            std::_Exit(0);
+        }
+        // An owner ended: the sandbox stays while a co-owner still runs. A record that cannot be
+        // read now is read again a few times; a sandbox whose record is gone goes.
+        std::optional<SandboxRecord> record;
+        for (int attempt = 0; attempt < 10 && !record; ++attempt) {
+            record = read_record(config);
+            if (!record) {
+                ::usleep(50 * 1000);
+            }
+        }
+        owners = record ? open_live_owners(*record) : std::vector<UniqueFd>{};
+        if (owners.empty()) {
+            dispose(config);
         }
     }
-    if (wait_for(life.get(), owner.get(), -1, owner_ended) && owner_ended) {
-        dispose(config);
-    }
-    std::_Exit(0);
 }
 
 }  // namespace
 
 UniqueFd start_owner_watch(const SupervisorConfig& config) {
-    if (!config.owner && config.owner_pending_label.empty()) {
+    if (!config.owner && config.owner_pending_label.empty() && !config.watch_later_owners) {
         return UniqueFd();
     }
     UniqueFd owner;

@@ -11,8 +11,13 @@
 //     directory and registry record: what gc would do, done at once.
 //   - The life pipe reaches EOF (the sandbox ended: disposed, idle, failed to start): the watcher
 //     exits. It never outlives the sandbox by more than that.
+// Co-owners (owner.hpp): when an owner ends while another the record names still runs, the
+// watcher watches that one instead; the sandbox goes when the last of them has ended.
 // A pooled sandbox has no owner yet: its watcher waits (reading the registry record every
-// kOwnerPollInterval) until a taker records one, and exits when it is taken without one.
+// kOwnerPollInterval) until a taker records one, and exits when it is taken without one. A
+// conversation's sandbox (watch_later_owners) has none either: its watcher reads the record every
+// kLaterOwnerPollInterval for as long as the sandbox lives, since a front end that reuses it later
+// may record itself.
 #pragma once
 
 #include <chrono>
@@ -23,6 +28,7 @@
 namespace maf_sandbox::runtime {
 
 inline constexpr std::chrono::milliseconds kOwnerPollInterval{250};
+inline constexpr std::chrono::milliseconds kLaterOwnerPollInterval{1000};
 
 // Starts the watcher when the config names an owner or awaits one; returns the life pipe's write
 // end, which the caller must hold until PID 1 is cloned (an invalid fd when no watcher was

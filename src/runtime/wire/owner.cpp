@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "maf_sandbox/core/errors.hpp"
@@ -13,6 +14,26 @@ namespace json = boost::json;
 
 namespace {
 constexpr const char* kOwnerKey = "owner";
+constexpr const char* kOwnersKey = "owners";
+
+void store_owners(SandboxRecord& record, const std::vector<SandboxOwner>& owners) {
+    if (owners.empty()) {
+        record.runtime.erase(kOwnerKey);
+        record.runtime.erase(kOwnersKey);
+        return;
+    }
+    json::array list;
+    for (const auto& owner : owners) {
+        list.emplace_back(to_json(owner));
+    }
+    record.runtime[kOwnerKey] = to_json(owners.front());
+    record.runtime[kOwnersKey] = std::move(list);
+}
+
+std::vector<SandboxOwner> live_only(std::vector<SandboxOwner> owners) {
+    std::erase_if(owners, [](const SandboxOwner& owner) { return !owner_alive(owner); });
+    return owners;
+}
 }  // namespace
 
 SandboxOwner current_process_as_owner() {
@@ -58,12 +79,51 @@ std::optional<SandboxOwner> recorded_owner(const SandboxRecord& record) {
 }
 
 void set_recorded_owner(SandboxRecord& record, const SandboxOwner& owner) {
-    record.runtime[kOwnerKey] = to_json(owner);
+    store_owners(record, {owner});
+}
+
+std::vector<SandboxOwner> recorded_owners(const SandboxRecord& record) {
+    std::vector<SandboxOwner> owners;
+    const auto add = [&](const json::value& value) {
+        const auto owner = owner_from_json(value);
+        if (owner && std::find(owners.begin(), owners.end(), *owner) == owners.end() &&
+            owners.size() < kMaxOwners) {
+            owners.push_back(*owner);
+        }
+    };
+    if (const auto* first = record.runtime.if_contains(kOwnerKey)) {
+        add(*first);
+    }
+    if (const auto* list = record.runtime.if_contains(kOwnersKey); list && list->is_array()) {
+        for (const auto& item : list->get_array()) {
+            add(item);
+        }
+    }
+    return owners;
+}
+
+bool add_recorded_owner(SandboxRecord& record, const SandboxOwner& owner) {
+    auto owners = live_only(recorded_owners(record));
+    if (std::find(owners.begin(), owners.end(), owner) == owners.end()) {
+        if (owners.size() >= kMaxOwners) {
+            return false;
+        }
+        owners.push_back(owner);
+    }
+    store_owners(record, owners);
+    return true;
+}
+
+std::size_t remove_recorded_owner(SandboxRecord& record, const SandboxOwner& owner) {
+    auto owners = live_only(recorded_owners(record));
+    std::erase(owners, owner);
+    store_owners(record, owners);
+    return owners.size();
 }
 
 bool owner_gone(const SandboxRecord& record) {
-    const auto owner = recorded_owner(record);
-    return owner && !owner_alive(*owner);
+    const auto owners = recorded_owners(record);
+    return !owners.empty() && live_only(owners).empty();
 }
 
 }  // namespace maf_sandbox::runtime

@@ -138,6 +138,9 @@ json::value to_json(const SupervisorConfig& config) {
     if (!config.owner_pending_label.empty()) {
         out["owner_pending_label"] = config.owner_pending_label;
     }
+    if (config.watch_later_owners) {
+        out["watch_later_owners"] = true;
+    }
     out["budgets"] = config.budgets.to_json();
     return out;
 }
@@ -201,6 +204,9 @@ SupervisorConfig supervisor_config_from_json(const json::value& value) {
     }
     if (const auto* label = in.if_contains("owner_pending_label")) {
         config.owner_pending_label = std::string(label->as_string());
+    }
+    if (const auto* later = in.if_contains("watch_later_owners")) {
+        config.watch_later_owners = later->as_bool();
     }
     if (const auto* budgets = in.if_contains("budgets")) {
         config.budgets = SandboxBudgets::from_json(*budgets);

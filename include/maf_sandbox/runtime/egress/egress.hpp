@@ -129,6 +129,12 @@ struct EgressProxyOptions {
     std::size_t max_sessions = 256;
 };
 
+// How many sessions the proxy serves at once within RLIMIT_NOFILE `nofile`: each session holds
+// the guest's connection, the upstream one, a relay pipe each way and a resolver socket while it
+// resolves, and the process keeps a few of its own (listener, lifetime, log, event loop). At
+// least 1; the proxy closes the connections past it on accept, so a flood never reaches EMFILE.
+std::size_t egress_sessions_within(std::uint64_t nofile);
+
 // Serves the proxy on `listener` (a listening TCP socket, owned from here on) until `lifetime_fd`
 // becomes readable or hangs up (a pidfd of the sandbox's PID 1, or a pipe whose writer is the
 // sandbox) and returns the process's exit status. Blocking: runs its own io_context. Used by the

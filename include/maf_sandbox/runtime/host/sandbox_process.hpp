@@ -59,6 +59,8 @@ struct SandboxLaunch {
     // Pooled: no owner yet, watched for one while its record carries this label.
     std::optional<SandboxOwner> owner;
     std::string owner_pending_label;
+    // No owner now, but one may record itself later (SupervisorConfig::watch_later_owners).
+    bool watch_later_owners = false;
     // The sandbox's own host identity (docs/SECURITY.md, "Identities and budgets"): a slot of
     // `id_pool` (nullopt: IdPool::from_environment()) claimed in the host-wide table at
     // `id_claims_dir` (empty: default_id_claims_dir()), admitted against, and bounded by,

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -171,6 +172,16 @@ std::uint64_t parse_oom_kill_count(std::string_view text) noexcept;
 std::string own_cgroup(std::string_view controller);
 // rmdir with retries: the kernel releases a cgroup a few milliseconds after its last process.
 bool remove_dir_retrying(const std::filesystem::path& dir);
+// Every cgroup directory at and below `dir`, children before parents (links skipped).
+void post_order(const std::filesystem::path& dir, std::vector<std::filesystem::path>& out);
+// Repeats `kill_round` with a short backoff until `populated` turns false; throws SystemError
+// (EBUSY, naming `how`) when processes survive about 5 s of it.
+void kill_until_empty(const std::function<bool()>& populated,
+                      const std::function<void()>& kill_round, std::string_view how);
+// One teardown for both layouts: nothing to do when none of `tops` exists; otherwise
+// cgroup.kill_all(), then every directory beneath each top, children first, each rmdir retried
+// while the kernel releases it. Throws SystemError naming a directory that stays.
+void destroy_trees(SandboxCgroup& cgroup, const std::vector<std::filesystem::path>& tops);
 std::unique_ptr<SandboxCgroup> create_v1(std::string_view name, const CgroupLimits& limits,
                                          uid_t uid, gid_t gid);
 std::unique_ptr<SandboxCgroup> attach_v1(std::vector<std::filesystem::path> paths);

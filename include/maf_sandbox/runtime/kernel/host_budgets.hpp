@@ -2,7 +2,8 @@
 // bounds that keep it to its share (docs/SECURITY.md, "Identities and budgets"):
 // - processes: the pids limits of all live sandboxes together fit a share of kernel.pid_max
 //   (admission, id_claims.hpp);
-// - open files: RLIMIT_NOFILE x the sandbox's pids limit is at most a share of fs.file-max;
+// - open files: RLIMIT_NOFILE x the sandbox's pids limit, plus its egress proxy's RLIMIT_NOFILE
+//   (allowlist egress), is at most a share of fs.file-max;
 // - queued signals and POSIX message queue bytes: RLIMIT_SIGPENDING and RLIMIT_MSGQUEUE, set when
 //   the sandbox's user namespace is created, so the kernel bounds the whole sandbox by them;
 // - inotify, fanotify and namespaces: the sandbox's user namespace's /proc/sys/user/max_* limits.
@@ -40,6 +41,11 @@ struct HostBudgets {
     // Env MAF_SANDBOX_FILE_SHARE.
     std::uint32_t file_share_percent = 10;
     std::uint64_t max_nofile = 65536;
+    // RLIMIT_NOFILE of the sandbox's egress proxy (allowlist egress only), at most half the file
+    // share; the guest's processes divide what the proxy leaves of the share. The proxy serves
+    // as many sessions at once as fit in it (egress_sessions_within, egress.hpp) and closes the
+    // connections past that on accept. Env MAF_SANDBOX_PROXY_NOFILE.
+    std::uint64_t proxy_nofile = 2048;
     // RLIMIT_SIGPENDING and RLIMIT_MSGQUEUE of the sandbox's processes, and (copied by the kernel
     // when the user namespace is made) of the whole sandbox together. Env MAF_SANDBOX_SIGPENDING,
     // MAF_SANDBOX_MSGQUEUE_BYTES.
@@ -61,6 +67,7 @@ struct HostBudgets {
 // What one sandbox gets, computed by the launcher and applied by the supervisor.
 struct SandboxBudgets {
     std::uint64_t nofile = 0;  // 0 = leave the inherited limits (a config from an older runtime)
+    std::uint64_t proxy_nofile = 0;  // 0 = no egress proxy (or a config from an older runtime)
     std::uint64_t sigpending = 0;
     std::uint64_t msgqueue_bytes = 0;
     std::vector<UserNamespaceLimit> namespace_limits;
@@ -75,11 +82,17 @@ std::uint64_t read_kernel_number(const char* path);
 // How many processes all live sandboxes together may be allowed: pid_max x pid_share_percent.
 std::uint64_t pid_budget(const HostBudgets& budgets, std::uint64_t pid_max);
 
-// The budgets of a sandbox whose pids limit is `pids` (0 = none: charged as pid_max). Throws
-// SandboxCapacityExceeded when its share of file_max leaves fewer than kMinNofile descriptors a
-// process.
+// The budgets of a sandbox whose pids limit is `pids` (0 = none: charged as pid_max), with an
+// egress proxy when `egress_proxy` (allowlist egress): the proxy's descriptors come out of the
+// same share, before the guest's processes divide the rest. Throws SandboxCapacityExceeded when
+// its share of file_max leaves fewer than kMinNofile descriptors a process or for the proxy.
 SandboxBudgets sandbox_budgets(const HostBudgets& budgets, std::uint64_t pids,
-                               std::uint64_t file_max, std::uint64_t pid_max);
+                               std::uint64_t file_max, std::uint64_t pid_max,
+                               bool egress_proxy = false);
+
+// Sets the calling process's RLIMIT_NOFILE (soft and hard) to `nofile`; false with errno set.
+// Async-signal-safe: the egress proxy's recipe calls it in a fork of the supervisor.
+bool limit_open_files(std::uint64_t nofile) noexcept;
 
 // --- Applied in the supervisor ------------------------------------------------------------------
 

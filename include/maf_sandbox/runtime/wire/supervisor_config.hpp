@@ -95,6 +95,9 @@ struct SupervisorConfig {
     // its record carries owner_pending_label until a taker records one there.
     std::optional<SandboxOwner> owner;
     std::string owner_pending_label;
+    // A sandbox made without an owner for a conversation: watched for owners that record
+    // themselves later (owner_watch.hpp), and disposed when the last of them ends.
+    bool watch_later_owners = false;
     // Resource limits and user namespace limits (host_budgets.hpp). Absent from an older
     // launcher's config: nothing is set, as before.
     SandboxBudgets budgets;
