@@ -181,6 +181,7 @@ TEST_F(FilePlaneMemory, ParallelListingsOfAHugeDirectoryKeepTheEmulatorsMemoryBo
         EXPECT_EQ(json::parse(a.body).at("title").as_string(), "ListingTooLarge");
         EXPECT_NE(a.body.find(fmt::format("{} bytes", kListBytes)), std::string::npos) << a.body;
     }
+    RecordProperty("peak_growth_bytes", std::to_string(peak - std::min(peak, before)));
     EXPECT_LT(peak, before + 48 * kMiB) << "emulator peak RSS " << peak << " from " << before;
     // The directory's subdirectories stay listable: the fix the refusal names.
     guest("mkdir -p /tmp/huge/sub && : > /tmp/huge/sub/one");
@@ -216,6 +217,7 @@ TEST_F(FilePlaneMemory, ParallelLargeReadsKeepTheEmulatorsMemoryBounded) {
     reset_peak(pid());
     auto answers = in_parallel(4, "", "/tmp/blob48");
     const auto peak = status_bytes(pid(), "VmHWM");
+    RecordProperty("peak_growth_bytes", std::to_string(peak - std::min(peak, before)));
     EXPECT_LT(peak, before + 32 * kMiB) << "emulator peak RSS " << peak << " from " << before;
     const auto expected = pattern(size);
     for (auto& a : answers) {
