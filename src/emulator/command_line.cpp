@@ -31,6 +31,7 @@ constexpr const char* kUsage = R"(usage:
                       [--alias NAME=IMAGE]... [--page-size N] [--deleting-ms N]
                       [--image-max-bytes N] [--image-max-entries N] [--image-max-depth N]
                       [--image-min-free-percent N]
+                      [--max-list-entries N] [--max-list-bytes N] [--file-budget-bytes N]
                       [--fault-429-rate P] [--fault-retry-after-ms N] [--fault-403-first N]
                       [--fault-403-ms N] [--fault-5xx-rate P] [--fault-latency-ms N]
                       [--fault-create-delay-ms N] [--fault-drop-rate P] [--fault-seed N]
@@ -46,6 +47,11 @@ constexpr const char* kUsage = R"(usage:
 unpacks (defaults 17179869184 bytes, 1000000 entries, 256 path components); an import also stops
 before the state disk has less than --image-min-free-percent (default 5) of its bytes or inodes
 free. A refused import ends Failed.
+--max-list-entries / --max-list-bytes: the most entries (default 20000) and answer bytes
+(default 8388608) one files/list answers; a larger directory is refused 413 ListingTooLarge.
+--file-budget-bytes: the most bytes every file-plane request together holds in the emulator's
+memory (default 268435456, at least 1048576); past it a request waits up to a second, then is
+answered 429 with Retry-After.
 The first line on stdout is `listening on https://HOST:PORT`; logs go to stderr.
 Faults can also be read and replaced while serving: GET/PUT /admin/faults (JSON; the same
 bearer token as the data plane). GET /metrics needs that token too, unless --public-metrics.
@@ -199,6 +205,18 @@ int serve(Args args) {
             if (options.image_limits.min_free_percent > 100) {
                 usage_error("--image-min-free-percent is a percentage, at most 100");
             }
+        } else if (flag == "--max-list-entries") {
+            options.file_limits.max_list_entries =
+                std::max<std::uint64_t>(1, parse_count(flag, args.value(flag)));
+        } else if (flag == "--max-list-bytes") {
+            options.file_limits.max_list_bytes =
+                std::max<std::uint64_t>(1024, parse_count(flag, args.value(flag)));
+        } else if (flag == "--file-budget-bytes") {
+            const auto bytes = parse_count(flag, args.value(flag));
+            if (bytes < options.file_limits.read_chunk_bytes) {
+                usage_error("--file-budget-bytes must be at least 1048576 (one read piece)");
+            }
+            options.file_limits.in_flight_bytes = bytes;
         } else if (flag == "--fault-429-rate") {
             options.faults.rate_429 = parse_rate(flag, args.value(flag));
         } else if (flag == "--fault-403-first") {

@@ -40,6 +40,7 @@ struct Emulator::Impl {
         service_options.aliases = options.aliases;
         service_options.deleting_retention = options.deleting_retention;
         service_options.worker_threads = options.worker_threads;
+        service_options.file_limits = options.file_limits;
         service_options.create_delay_ms = [faults = faults] { return faults->create_delay_ms(); };
         service = std::make_shared<SandboxService>(
             executor, std::move(service_options), logger,
@@ -129,7 +130,7 @@ std::uint16_t Emulator::start() {
         [weak, handler = impl.handler()](HttpRequest request) -> Task<HttpResponse> {
             auto self = weak.lock();
             if (!self) {
-                co_return HttpResponse{503, {}, "shutting down\n"};
+                co_return HttpResponse{503, {}, "shutting down\n", {}};
             }
             Exchange exchange;
             exchange.request_id = request.headers.get("x-ms-client-request-id")

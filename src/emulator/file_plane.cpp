@@ -45,17 +45,16 @@ ReadKind FilePlane::classify_read(std::string_view path) const {
     return reply.payload == "fifo" ? ReadKind::fifo : ReadKind::regular;
 }
 
-std::string FilePlane::read(std::string_view path, std::uint64_t max_bytes) const {
+OpenedFile FilePlane::open_read(std::string_view path, std::uint64_t max_bytes) const {
     require_absolute(path);
     const std::string p(path);
-    auto reply = run(
+    auto reply = run_with_guest_authority(
         authority_,
-        [&p, max_bytes](ReplyChannel& out) {
-            inside::read(p, max_bytes, out);
-            out.done({});
-        },
-        max_bytes);
-    return std::move(reply.data);
+        [&p, max_bytes](ReplyChannel& out) { inside::open_for_read(p, max_bytes, out); }, 0, true);
+    if (!reply.descriptor) {
+        throw Refusal{500, "FileOperationFailed", "The file operation handed back no file."};
+    }
+    return OpenedFile{std::move(reply.descriptor), std::stoull(reply.payload)};
 }
 
 void FilePlane::write(std::string_view path, std::string_view content, bool create_dirs,
@@ -76,11 +75,14 @@ json::object FilePlane::stat(std::string_view path) const {
     return parse_payload(reply.payload);
 }
 
-json::object FilePlane::list(std::string_view path) const {
+std::string FilePlane::list(std::string_view path, std::uint64_t max_entries,
+                            std::uint64_t max_bytes) const {
     require_absolute(path);
     const std::string p(path);
-    const auto reply = run(authority_, [&p](ReplyChannel& out) { out.done(inside::list(p)); });
-    return parse_payload(reply.payload);
+    const inside::ListCaps caps{max_entries, max_bytes};
+    auto reply =
+        run(authority_, [&p, &caps](ReplyChannel& out) { out.done(inside::list(p, caps)); });
+    return std::move(reply.payload);
 }
 
 void FilePlane::mkdir(std::string_view path) const {

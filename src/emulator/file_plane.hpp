@@ -18,11 +18,17 @@
 #include <string>
 #include <string_view>
 
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 #include "refusal.hpp"
 
 namespace maf_sandbox::emulator {
 
 enum class ReadKind { regular, fifo };
+
+struct OpenedFile {
+    runtime::UniqueFd fd;
+    std::uint64_t size = 0;
+};
 
 struct GuestAuthority;
 namespace staging {
@@ -38,8 +44,10 @@ class FilePlane {
 
     // What `path` resolves to for a read; throws Refusal (404 missing, 400 directory).
     ReadKind classify_read(std::string_view path) const;
-    // The bytes of a regular file, following links. Throws Refusal.
-    std::string read(std::string_view path, std::uint64_t max_bytes) const;
+    // A regular file opened for reading, following links, and its size when opened; the
+    // caller reads it in pieces (it needs no authority to: the child checked what it opened).
+    // Throws Refusal (413 over `max_bytes`).
+    OpenedFile open_read(std::string_view path, std::uint64_t max_bytes) const;
     // Writes bytes as the guest's root. `create_dirs` makes missing parents; `mode` applies to a
     // new file.
     void write(std::string_view path, std::string_view content, bool create_dirs,
@@ -47,8 +55,10 @@ class FilePlane {
     // The raw stat payload (isDir, isSymlink, symlinkTarget, mode, size, modifiedTime, name,
     // path). Throws Refusal 404 when missing.
     boost::json::object stat(std::string_view path) const;
-    // {"path", "entries"} one level deep. Throws Refusal 404 / 400 (not a directory).
-    boost::json::object list(std::string_view path) const;
+    // {"path", "entries"} one level deep, as JSON text. Throws Refusal 404 / 400 (not a
+    // directory) / 413 ListingTooLarge past `max_entries` or `max_bytes`.
+    std::string list(std::string_view path, std::uint64_t max_entries,
+                     std::uint64_t max_bytes) const;
     // mkdir -p as the guest's root (new directories 0755).
     void mkdir(std::string_view path) const;
     // Removes a path (a final link is unlinked). A non-empty directory needs `recursive`.

@@ -415,7 +415,7 @@ ReadKind classify_read(const std::string& path) {
     return ReadKind::regular;
 }
 
-void read(const std::string& path, std::uint64_t max_bytes, ReplyChannel& out) {
+void open_for_read(const std::string& path, std::uint64_t max_bytes, ReplyChannel& out) {
     const auto root = open_root();
     // Checked before the open that reads (an open can have effects on special files), and the
     // descriptor read from is checked again: the guest may have swapped a link in between.
@@ -436,26 +436,10 @@ void read(const std::string& path, std::uint64_t max_bytes, ReplyChannel& out) {
         throw Refusal{413, "FileTooLarge",
                       fmt::format("'{}' is larger than {} bytes.", path, max_bytes)};
     }
-    std::vector<char> buffer(1 << 16);
-    std::uint64_t sent = 0;
-    for (;;) {
-        const auto n = ::read(fd.get(), buffer.data(), buffer.size());
-        if (n < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            fail_errno(errno, path, "reading");
-        }
-        if (n == 0) {
-            break;
-        }
-        sent += static_cast<std::uint64_t>(n);
-        if (sent > max_bytes) {
-            throw Refusal{413, "FileTooLarge",
-                          fmt::format("'{}' is larger than {} bytes.", path, max_bytes)};
-        }
-        out.data(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
-    }
+    // The caller reads the descriptor itself, in pieces: it is a checked regular file, so
+    // reading it needs no name and no authority.
+    out.descriptor(fd.get());
+    out.done(std::to_string(st.st_size));
 }
 
 void mkdir(const std::string& path) {
@@ -564,7 +548,7 @@ std::string stat(const std::string& path) {
     return json::serialize(entry_json(name.empty() ? "/" : name, path, st, target));
 }
 
-std::string list(const std::string& path) {
+std::string list(const std::string& path, const ListCaps& caps) {
     const auto root = open_root();
     auto fd = open_checked(root.get(), path, O_RDONLY | O_DIRECTORY, "listing");
     DIR* dir = ::fdopendir(fd.get());
@@ -576,19 +560,44 @@ std::string list(const std::string& path) {
         DIR* d;
         ~Close() { ::closedir(d); }
     } closer{dir};
-    std::vector<std::string> names;
-    while (auto* e = ::readdir(dir)) {
-        const std::string name = e->d_name;
-        if (name != "." && name != "..") {
-            names.push_back(name);
-        }
-    }
-    std::sort(names.begin(), names.end());
+    const auto too_large = [&](std::string_view what) {
+        return Refusal{
+            413, "ListingTooLarge",
+            fmt::format("The directory '{}' has more than {}, the emulator's cap on a "
+                        "listing ({} entries, {} bytes); list a subdirectory, or raise "
+                        "--max-list-entries / --max-list-bytes.",
+                        replace_invalid_utf8(path), what, caps.max_entries, caps.max_bytes)};
+    };
     std::string base = path;
     while (base.size() > 1 && base.back() == '/') {
         base.pop_back();
     }
-    json::array entries;
+    const std::string prefix = base == "/" ? "" : base;
+    // Counted as the names arrive, before anything else is built: the guest sizes the
+    // directory. A name costs at least itself twice in the answer (name and path).
+    std::vector<std::string> names;
+    std::uint64_t name_bytes = 0;
+    while (auto* e = ::readdir(dir)) {
+        const std::string_view name = e->d_name;
+        if (name == "." || name == "..") {
+            continue;
+        }
+        if (names.size() >= caps.max_entries) {
+            throw too_large(fmt::format("{} entries", caps.max_entries));
+        }
+        name_bytes += 2 * name.size() + prefix.size() + 1;
+        if (name_bytes > caps.max_bytes) {
+            throw too_large(fmt::format("{} bytes of names", caps.max_bytes));
+        }
+        names.emplace_back(name);
+    }
+    std::sort(names.begin(), names.end());
+    // The answer is written entry by entry and measured as it grows (link targets and escapes
+    // add to what the names cost).
+    std::string out = json::serialize(json::object{{"path", replace_invalid_utf8(path)}});
+    out.pop_back();  // the closing brace
+    out += ",\"entries\":[";
+    bool first = true;
     for (const auto& name : names) {
         struct stat st {};
         if (::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -598,10 +607,17 @@ std::string list(const std::string& path) {
         if (S_ISLNK(st.st_mode)) {
             target = link_target(::dirfd(dir), name);
         }
-        entries.push_back(entry_json(name, (base == "/" ? "" : base) + "/" + name, st, target));
+        if (!first) {
+            out += ',';
+        }
+        first = false;
+        out += json::serialize(entry_json(name, prefix + "/" + name, st, target));
+        if (out.size() + 2 > caps.max_bytes) {
+            throw too_large(fmt::format("{} bytes of answer", caps.max_bytes));
+        }
     }
-    return json::serialize(
-        json::object{{"path", replace_invalid_utf8(path)}, {"entries", std::move(entries)}});
+    out += "]}";
+    return out;
 }
 
 void remove(const std::string& path, bool recursive) {

@@ -20,13 +20,20 @@
 namespace maf_sandbox::emulator::inside {
 
 ReadKind classify_read(const std::string& path);
-// Streams the file's bytes to `out` (data frames); refuses a file over `max_bytes` first.
-void read(const std::string& path, std::uint64_t max_bytes, ReplyChannel& out);
+// Opens the file for reading and hands the descriptor to `out`, with its size as the payload;
+// refuses a file over `max_bytes` first.
+void open_for_read(const std::string& path, std::uint64_t max_bytes, ReplyChannel& out);
 // Stages the bytes under a name tagged with `key` (file_plane_staging.hpp), then renames them in.
 void write(const staging::StageKey& key, const std::string& path, std::string_view content,
            bool create_dirs, std::optional<mode_t> mode);
 std::string stat(const std::string& path);  // the JSON payload
-std::string list(const std::string& path);  // the JSON payload
+// What one listing may answer; past either the listing is refused 413 ListingTooLarge.
+struct ListCaps {
+    std::uint64_t max_entries;
+    std::uint64_t max_bytes;
+};
+// The JSON payload, refused while the directory is read once it passes `caps`.
+std::string list(const std::string& path, const ListCaps& caps);
 void mkdir(const std::string& path);
 void remove(const std::string& path, bool recursive);
 

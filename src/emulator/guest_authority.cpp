@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -66,7 +67,7 @@ void keep_file_capabilities() {
 
 // The child's confinement recipe, in order. Starts as host root in the host's namespaces; ends as
 // the guest's root, rooted at the guest's root, in the sandbox's user and mount namespaces.
-void enter(const GuestAuthority& authority, pid_t parent) {
+void enter(const GuestAuthority& authority, pid_t parent, int descriptor_channel) {
     // The emulator's handlers (SIGTERM to the process group) must not run here.
     for (const int signal : {SIGTERM, SIGINT, SIGHUP, SIGCHLD}) {
         ::signal(signal, SIG_DFL);
@@ -75,7 +76,8 @@ void enter(const GuestAuthority& authority, pid_t parent) {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    close_all_but({authority.user_ns.get(), authority.mount_ns.get(), authority.root.get(), -1});
+    close_all_but({authority.user_ns.get(), authority.mount_ns.get(), authority.root.get(),
+                   descriptor_channel});
     // Host root's supplementary groups would still grant group access (they are host gids);
     // dropped while this process may still change them.
     check(::setgroups(0, nullptr) == 0, "dropping supplementary groups");
@@ -114,6 +116,7 @@ struct ChildTask {
     pid_t parent;
     GuestReply reply;
     std::uint64_t max_data;
+    int descriptor_channel;  // the child's end, or -1
     std::optional<Refusal> error;
     bool answered = false;
 };
@@ -121,8 +124,8 @@ struct ChildTask {
 int child_main(void* argument) {
     auto& task = *static_cast<ChildTask*>(argument);
     try {
-        enter(task.authority, task.parent);
-        ReplyChannel channel(task.reply, task.max_data);
+        enter(task.authority, task.parent, task.descriptor_channel);
+        ReplyChannel channel(task.reply, task.max_data, task.descriptor_channel);
         task.operation(channel);
         task.answered = true;
     } catch (const Refusal& e) {
@@ -171,19 +174,85 @@ void ReplyChannel::data(std::string_view bytes) {
     reply_.data.append(bytes);
 }
 
+void ReplyChannel::descriptor(int fd) {
+    if (descriptor_channel_ < 0) {
+        throw Refusal{500, "FileOperationFailed", "The file operation has no descriptor channel."};
+    }
+    char byte = 0;
+    iovec io{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))]{};
+    msghdr message{};
+    message.msg_iov = &io;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+    if (::sendmsg(descriptor_channel_, &message, MSG_NOSIGNAL) != 1) {
+        throw Refusal{
+            500, "FileOperationFailed",
+            fmt::format("Handing the open file back failed: {}.", ::strerrordesc_np(errno))};
+    }
+}
+
+namespace {
+
+// The descriptor the child sent, if it sent one (it has exited: the datagram waits queued).
+runtime::UniqueFd receive_descriptor(int channel) {
+    char byte = 0;
+    iovec io{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))]{};
+    msghdr message{};
+    message.msg_iov = &io;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    if (::recvmsg(channel, &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) != 1) {
+        return {};
+    }
+    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
+         header = CMSG_NXTHDR(&message, header)) {
+        if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS &&
+            header->cmsg_len == CMSG_LEN(sizeof(int))) {
+            int fd = -1;
+            std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
+            return runtime::UniqueFd(fd);
+        }
+    }
+    return {};
+}
+
+}  // namespace
+
 void ReplyChannel::done(std::string_view payload) {
     reply_.payload.assign(payload);
 }
 
 GuestReply run_with_guest_authority(const GuestAuthority& authority,
                                     const std::function<void(ReplyChannel&)>& operation,
-                                    std::uint64_t max_data) {
+                                    std::uint64_t max_data, bool pass_descriptor) {
+    runtime::UniqueFd ours;
+    runtime::UniqueFd theirs;
+    if (pass_descriptor) {
+        int pair[2];
+        if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, pair) != 0) {
+            throw Refusal{503, "ServiceUnavailable",
+                          fmt::format("Starting the file operation failed: {}; retry later.",
+                                      std::strerror(errno))};
+        }
+        ours.reset(pair[0]);
+        theirs.reset(pair[1]);
+    }
     ChildStack stack;
     if (!stack.valid()) {
         throw Refusal{503, "ServiceUnavailable",
                       "The host is out of memory for a file operation; retry later."};
     }
-    ChildTask task{authority, operation, ::getpid(), {}, max_data, std::nullopt, false};
+    ChildTask task{authority, operation,    ::getpid(),   {},
+                   max_data,  theirs.get(), std::nullopt, false};
     // Returns once the child has exited (CLONE_VFORK: it never execs).
     const pid_t pid = ::clone(child_main, stack.top(), CLONE_VM | CLONE_VFORK | SIGCHLD, &task);
     if (pid < 0) {
@@ -202,6 +271,9 @@ GuestReply run_with_guest_authority(const GuestAuthority& authority,
                       fmt::format("The file operation ended without an answer (status {}); "
                                   "retry, and report it if it persists.",
                                   status)};
+    }
+    if (pass_descriptor) {
+        task.reply.descriptor = receive_descriptor(ours.get());
     }
     return std::move(task.reply);
 }

@@ -35,8 +35,9 @@ struct GuestAuthority {
 };
 
 struct GuestReply {
-    std::string data;     // the concatenated data chunks
-    std::string payload;  // the final payload
+    std::string data;              // the concatenated data chunks
+    std::string payload;           // the final payload
+    runtime::UniqueFd descriptor;  // the descriptor the operation passed back, if any
 };
 
 // What an operation inside the child uses to answer: zero or more data chunks, then the final
@@ -44,15 +45,21 @@ struct GuestReply {
 // data would pass the caller's cap.
 class ReplyChannel {
   public:
-    ReplyChannel(GuestReply& reply, std::uint64_t max_data) : reply_(reply), max_data_(max_data) {}
+    ReplyChannel(GuestReply& reply, std::uint64_t max_data, int descriptor_channel = -1)
+        : reply_(reply), max_data_(max_data), descriptor_channel_(descriptor_channel) {}
     // Streams bytes (a file's content) to the caller.
     void data(std::string_view bytes);
+    // Hands an open descriptor (a checked regular file) to the caller, which then reads it in
+    // pieces itself: the child's descriptor table is its own, so it travels over a socket. Only
+    // for an operation run with `pass_descriptor`.
+    void descriptor(int fd);
     // The operation's result.
     void done(std::string_view payload);
 
   private:
     GuestReply& reply_;
     std::uint64_t max_data_;
+    int descriptor_channel_;
 };
 
 // Clones a child that enters `authority` (see the file comment) and runs `operation` there, with
@@ -62,8 +69,9 @@ class ReplyChannel {
 // (every open is non-blocking, FIFOs are refused or answer at once, and the child is outside the
 // sandbox's cgroups, so a frozen sandbox does not freeze it).
 // `operation` must not touch the emulator's other threads' objects (locks, logger, sockets).
+// With `pass_descriptor`, the operation may hand back one descriptor (ReplyChannel::descriptor).
 GuestReply run_with_guest_authority(const GuestAuthority& authority,
                                     const std::function<void(ReplyChannel&)>& operation,
-                                    std::uint64_t max_data);
+                                    std::uint64_t max_data, bool pass_descriptor = false);
 
 }  // namespace maf_sandbox::emulator

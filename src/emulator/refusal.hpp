@@ -18,6 +18,7 @@ struct Refusal {
     // Set only for the service's model-binding failures, answered as {title, status, errors}
     // with one message list per JSON path instead of a detail.
     std::map<std::string, std::vector<std::string>> field_errors = {};
+    int retry_after_s = 0;  // when set, answered with Retry-After (a 429 to wait out)
 };
 
 // The title the service gives a body that fails its model's checks.

@@ -14,6 +14,17 @@ using net::HttpResponse;
 
 namespace {
 
+// A file read, sent as the server's streamed body: one piece in memory at a time.
+class StreamedFile : public net::BodyStream {
+  public:
+    explicit StreamedFile(std::unique_ptr<FileStream> file) : file_(std::move(file)) {}
+    std::uint64_t size() const override { return file_->size(); }
+    Task<std::string_view> next() override { return file_->next(); }
+
+  private:
+    std::unique_ptr<FileStream> file_;
+};
+
 std::string path_param(const RouteContext& context) {
     auto p = context.query("path");
     if (!p || p->empty()) {
@@ -49,10 +60,10 @@ Task<HttpResponse> serve_files(const RouteContext& context) {
     switch (context.route().endpoint) {
         case Endpoint::files_read: {
             auto path = path_param(context);
-            auto bytes = co_await service.read_file(std::move(target), std::move(path));
+            auto file = co_await service.read_file(std::move(target), std::move(path));
             HttpResponse r;
             r.headers.set("Content-Type", "application/octet-stream");
-            r.body = std::move(bytes);
+            r.body_stream = std::make_shared<StreamedFile>(std::move(file));
             co_return r;
         }
         case Endpoint::files_write: {
@@ -77,9 +88,11 @@ Task<HttpResponse> serve_files(const RouteContext& context) {
         }
         case Endpoint::files_list: {
             auto path = path_param(context);
-            const auto listing =
-                co_await service.list_directory(std::move(target), std::move(path));
-            co_return json_response(200, listing);
+            auto listing = co_await service.list_directory(std::move(target), std::move(path));
+            HttpResponse r;
+            r.headers.set("Content-Type", "application/json; charset=utf-8");
+            r.body = std::move(listing);
+            co_return r;
         }
         case Endpoint::files_mkdir: {
             const auto body = parse_object_body(context.request().body, false);

@@ -1,5 +1,7 @@
 #include <fcntl.h>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <algorithm>
 #include <boost/json/value_to.hpp>
@@ -102,6 +104,17 @@ class RuntimeEngine final : public SandboxEngine {
         launch.id = hex;
         launch.sandbox_dir = dir_ / "sandboxes" / hex;
         std::filesystem::create_directories(launch.sandbox_dir);
+        // A launch that fails (a bad image, a limit refused) leaves no directory behind: only an
+        // empty one is removed (rmdir), so nothing a launch did write is touched by name.
+        struct RemoveIfEmpty {
+            const std::filesystem::path& dir;
+            bool keep = false;
+            ~RemoveIfEmpty() {
+                if (!keep) {
+                    ::rmdir(dir.c_str());
+                }
+            }
+        } cleanup{launch.sandbox_dir};
         // The runtime's own directory is the guest root's (the host image ships it owned by an id
         // no sandbox maps), so the file plane, acting as the guest's root, can create beside it;
         // the ACAS backend's storage base is made there.
@@ -139,6 +152,7 @@ class RuntimeEngine final : public SandboxEngine {
             launch.limits.pids = sandbox_pids();
             handle = runtime::launch_sandbox(launch);
         }
+        cleanup.keep = true;
         return json::object{{"pid", handle.pid},
                             {"startTime", handle.start_time},
                             {"runtime", handle.runtime_json()},

@@ -24,8 +24,11 @@
 #include <vector>
 
 #include "background_work.hpp"
+#include "byte_budget.hpp"
 #include "engine.hpp"
+#include "file_stream.hpp"
 #include "maf_sandbox/core/sandbox.hpp"
+#include "maf_sandbox/emulator/emulator.hpp"
 #include "registry_standin.hpp"
 #include "sandbox_state.hpp"
 #include "state_store.hpp"
@@ -40,6 +43,7 @@ struct ServiceOptions {
     std::size_t worker_threads = 16;  // blocking engine and file-plane work
     // Extra time a new sandbox spends in Creating (a fault the operator may change at any time).
     std::function<std::uint64_t()> create_delay_ms = [] { return std::uint64_t{0}; };
+    FilePlaneLimits file_limits;  // what the file plane may hold in memory
 };
 
 // A sandbox create, its body already checked (routes_sandboxes.cpp).
@@ -132,13 +136,15 @@ class SandboxService : public std::enable_shared_from_this<SandboxService> {
     // --- exec and files (service_exec_files.cpp) -----------------------------------------------
     Task<ShellResult> exec(const std::string& id, ShellCommand command);
     FileTarget file_target(const std::string& id);
-    // Never answers for a FIFO (as the service); refuses 503 when the emulator shuts down.
-    Task<std::string> read_file(FileTarget target, std::string path);
+    // The file, to be read in pieces. Never answers for a FIFO (as the service); refuses 503
+    // when the emulator shuts down, 429 when the file plane's in-flight budget stays full.
+    Task<std::unique_ptr<FileStream>> read_file(FileTarget target, std::string path);
     Task<void> write_file(FileTarget target, std::string path, std::string content,
                           bool create_dirs, std::optional<mode_t> mode);
     Task<void> remove_path(FileTarget target, std::string path, bool recursive);
     Task<boost::json::object> stat_path(FileTarget target, std::string path);
-    Task<boost::json::object> list_directory(FileTarget target, std::string path);
+    // The listing as JSON text; 413 ListingTooLarge past the limits' caps.
+    Task<std::string> list_directory(FileTarget target, std::string path);
     Task<void> make_directory(FileTarget target, std::string path);
 
     // --- disk images (service_images.cpp) ------------------------------------------------------
@@ -187,6 +193,9 @@ class SandboxService : public std::enable_shared_from_this<SandboxService> {
     bool state_unsaved_ = false;  // the sweep's last save failed (logged once)
     std::mutex freeze_mutex_;     // serialises freezer writes so the last state change wins
     BackgroundWork work_;         // launches and deletions in flight, for the sweep
+    // Bytes the file plane's requests hold at once (options_ is initialised before it).
+    std::shared_ptr<ByteBudget> file_budget_ =
+        std::make_shared<ByteBudget>(options_.file_limits.in_flight_bytes);
 };
 
 }  // namespace maf_sandbox::emulator

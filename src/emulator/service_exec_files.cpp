@@ -76,7 +76,7 @@ auto SandboxService::with_plane(const FileTarget& target, F&& fn) {
 
 // Each operation names its job before awaiting it: GCC 12 destroys a lambda temporary of a
 // co_await expression twice.
-Task<std::string> SandboxService::read_file(FileTarget target, std::string path) {
+Task<std::unique_ptr<FileStream>> SandboxService::read_file(FileTarget target, std::string path) {
     auto classify = [path](FilePlane& p) { return p.classify_read(path); };
     const auto kind = co_await with_plane(target, classify);
     if (kind == ReadKind::fifo) {
@@ -86,12 +86,19 @@ Task<std::string> SandboxService::read_file(FileTarget target, std::string path)
         co_await forever.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         throw Refusal{503, "ServiceUnavailable", "The emulator is shutting down."};
     }
-    auto read = [path](FilePlane& p) { return p.read(path, kMaxFileRead); };
-    co_return co_await with_plane(target, read);
+    const auto piece = options_.file_limits.read_chunk_bytes;
+    auto hold = co_await file_budget_->take(executor_, piece);
+    auto open = [path](FilePlane& p) { return p.open_read(path, kMaxFileRead); };
+    auto file = co_await with_plane(target, open);
+    co_return std::make_unique<FileStream>(std::move(file), piece, std::move(hold), pool_,
+                                           shared_from_this());
 }
 
 Task<void> SandboxService::write_file(FileTarget target, std::string path, std::string content,
                                       bool create_dirs, std::optional<mode_t> mode) {
+    // The body is already in memory (the server caps it); the budget bounds how many such
+    // bodies are held at once while their writes run.
+    auto hold = co_await file_budget_->take(executor_, content.size());
     auto write = [path, content = std::move(content), create_dirs, mode](FilePlane& p) {
         p.write(path, content, create_dirs, mode);
         return 0;
@@ -112,8 +119,12 @@ Task<json::object> SandboxService::stat_path(FileTarget target, std::string path
     co_return co_await with_plane(target, stat);
 }
 
-Task<json::object> SandboxService::list_directory(FileTarget target, std::string path) {
-    auto list = [path](FilePlane& p) { return p.list(path); };
+Task<std::string> SandboxService::list_directory(FileTarget target, std::string path) {
+    const auto& limits = options_.file_limits;
+    // Held at most: the names, the answer being written, and the answer handed back.
+    auto hold = co_await file_budget_->take(executor_, 3 * limits.max_list_bytes);
+    auto list = [path, entries = limits.max_list_entries, bytes = limits.max_list_bytes](
+                    FilePlane& p) { return p.list(path, entries, bytes); };
     co_return co_await with_plane(target, list);
 }
 

@@ -31,6 +31,9 @@ HttpResponse problem_response(const Refusal& refusal) {
     HttpResponse r;
     r.status = refusal.status;
     r.headers.set("Content-Type", "application/problem+json");
+    if (refusal.retry_after_s > 0) {
+        r.headers.set("Retry-After", std::to_string(refusal.retry_after_s));
+    }
     if (!refusal.field_errors.empty()) {
         json::object errors;
         for (const auto& [field, messages] : refusal.field_errors) {

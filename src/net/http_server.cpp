@@ -10,6 +10,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
@@ -219,9 +220,56 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
         }
     };
 
+    // A streamed body: the header with the stream's size, then its pieces as they come, so the
+    // server holds one piece at a time. A short or failing stream drops the connection.
+    template <typename Stream>
+    Task<void> write_streamed(Stream& stream, beast::tcp_stream& tcp, HttpResponse response,
+                              bool keep_alive, bool head, boost::system::error_code& ec) {
+        auto source = std::move(response.body_stream);
+        http::response<http::empty_body> wire;
+        wire.version(11);
+        wire.result(static_cast<unsigned>(response.status));
+        detail::copy_headers(response.headers, wire);
+        wire.content_length(source->size());
+        wire.keep_alive(keep_alive);
+        tcp.expires_after(to_duration(options.read_timeout));
+        http::response_serializer<http::empty_body> serializer(wire);
+        co_await http::async_write_header(stream, serializer,
+                                          asio::redirect_error(asio::use_awaitable, ec));
+        if (ec || head) {
+            co_return;
+        }
+        std::uint64_t left = source->size();
+        while (left > 0) {
+            std::string_view piece;
+            try {
+                piece = co_await source->next();
+            } catch (const std::exception&) {
+                piece = {};
+            }
+            if (piece.empty()) {
+                ec = asio::error::connection_aborted;
+                co_return;
+            }
+            piece = piece.substr(
+                0, static_cast<std::size_t>(std::min<std::uint64_t>(left, piece.size())));
+            tcp.expires_after(to_duration(options.read_timeout));
+            co_await asio::async_write(stream, asio::buffer(piece.data(), piece.size()),
+                                       asio::redirect_error(asio::use_awaitable, ec));
+            if (ec) {
+                co_return;
+            }
+            left -= piece.size();
+        }
+    }
+
     template <typename Stream>
     Task<void> write_response(Stream& stream, beast::tcp_stream& tcp, HttpResponse response,
                               bool keep_alive, bool head, boost::system::error_code& ec) {
+        if (response.body_stream) {
+            co_await write_streamed(stream, tcp, std::move(response), keep_alive, head, ec);
+            co_return;
+        }
         auto wire = to_wire(std::move(response), keep_alive, head);
         tcp.expires_after(to_duration(options.read_timeout));
         if (head) {

@@ -186,6 +186,23 @@ TEST_F(AgainstTheEmulator, AWarmExecThatFitsOneAnswerIsOneRequestAndLargeOutputS
     EXPECT_FALSE(drive(io_, backend.dispose(key, std::nullopt)));
 }
 
+// The emulator sends a read in 1 MiB pieces: what AcasBackend reads back over that path is what it
+// wrote, byte for byte (NUL and 0xff bytes, a size that is not a whole number of pieces).
+TEST_F(AgainstTheEmulator, AFileReadStreamedInPiecesIsByteExact) {
+    AcasBackend backend(emulator_->config());
+    drive(io_, backend.discover());
+    const SandboxKey key{"scope-r", "thread-r", "agent-r", ""};
+    auto sandbox = drive(io_, backend.acquire(key, spec()));
+    std::string bytes(3 * 1024 * 1024 + 12345, '\0');
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+        bytes[i] = static_cast<char>((i * 131 + i / 4096) & 0xff);
+    drive(io_, sandbox->write_file("streamed.bin", bytes, ""));
+    const auto back = drive(io_, sandbox->read_file("streamed.bin", "", bytes.size()));
+    EXPECT_EQ(back.size(), bytes.size());
+    EXPECT_TRUE(back == bytes) << "the streamed read differs from what was written";
+    EXPECT_FALSE(drive(io_, backend.dispose(key, std::nullopt)));
+}
+
 // The README's "exec detaches" measurement (TestWhetherThisBackendCouldServeHostTools), against
 // the emulator: the host-tools launcher's exec returns while its program still runs, so the
 // exit-code file is absent at return and appears afterwards.

@@ -57,6 +57,22 @@ inline runtime::ImportLimits emulator_image_limits() {
     return limits;
 }
 
+// What one file-plane request, and all of them together, may make the emulator hold in memory. A
+// guest controls the size of its files and directories, and the emulator's memory is not charged
+// to the sandbox, so every buffer the plane fills from the guest is bounded (docs/emulator.md,
+// "Memory bounds"; the flags are --max-list-entries, --max-list-bytes, --file-budget-bytes).
+struct FilePlaneLimits {
+    // A listing answers at most this many entries and this many body bytes; a larger directory
+    // is refused 413 ListingTooLarge while it is read (the service has no paging to offer).
+    std::uint64_t max_list_entries = 20000;
+    std::uint64_t max_list_bytes = 8ull << 20;
+    // A read is sent in pieces of this size: its memory is one piece, whatever the file's size.
+    std::uint64_t read_chunk_bytes = 1ull << 20;
+    // The most bytes every file-plane request together may hold at once (write bodies, listings,
+    // read pieces). Past it a request waits briefly, then is answered 429 with Retry-After.
+    std::uint64_t in_flight_bytes = 256ull << 20;
+};
+
 struct EmulatorOptions {
     std::string host = "127.0.0.1";
     std::uint16_t port = 0;
@@ -79,6 +95,8 @@ struct EmulatorOptions {
     // Caps on a disk-image import's unpack into the runtime's image store (images.hpp); a
     // refusal names the serve flags below.
     runtime::ImportLimits image_limits = emulator_image_limits();
+
+    FilePlaneLimits file_limits;
 };
 
 // One emulator instance on an io_context. start() binds and starts serving; stop() is graceful.

@@ -46,6 +46,7 @@ class EmulatorProcess {
     const std::string& base_url() const { return base_url_; }  // https://127.0.0.1:PORT
     const std::string& first_line() const { return first_line_; }
     std::uint16_t port() const { return port_; }
+    pid_t pid() const { return pid_; }
     // The self-signed CA the emulator writes (with --self-signed or no TLS option).
     std::filesystem::path ca_file() const { return state_dir_ / "ca.pem"; }
     const std::filesystem::path& log() const { return log_; }

@@ -2,7 +2,9 @@
 // here: the wire types live only in src/net.
 #pragma once
 
+#include <boost/asio/awaitable.hpp>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,10 +46,24 @@ struct HttpRequest {
     std::string body;
 };
 
+// A response body produced piece by piece, for a body too large to hold in memory at once: the
+// server sends size() as Content-Length, then each piece next() returns until an empty one. A
+// piece stays valid until the following call. A stream that ends short of size() or throws drops
+// the connection (the client sees a truncated response, never a wrong one).
+class BodyStream {
+  public:
+    virtual ~BodyStream() = default;
+    virtual std::uint64_t size() const = 0;
+    virtual boost::asio::awaitable<std::string_view> next() = 0;
+};
+
 struct HttpResponse {
     int status = 200;
     HttpHeaders headers;
     std::string body;
+    // Set by a server handler instead of `body` (which is then ignored). The HTTP client never
+    // sets it.
+    std::shared_ptr<BodyStream> body_stream;
 };
 
 // Case-insensitive ASCII comparison for header names and methods.

@@ -68,7 +68,7 @@ class McpHttpBadInput : public ::testing::Test {
             return drive(io_, client_->send(std::move(request)));
         } catch (const net::NetError& e) {
             ADD_FAILURE() << what << ": no HTTP answer: " << e.what();
-            return net::HttpResponse{0, {}, {}};
+            return net::HttpResponse{0, {}, {}, {}};
         }
     }
     net::HttpResponse post(std::string body) { return send("POST", std::move(body)); }
