@@ -237,7 +237,7 @@ TEST(EgressModes, TheProxysDescriptorLimitIsItsPartOfTheSandboxsFileShare) {
     const SandboxKey key{"s", "t", "a", ""};
     auto sandbox =
         run_blocking(backend.acquire(key, spec_for(Egress::allowlist, {"allowed.test"})));
-    const auto proxy = find_process(only_record(state), kProxyComm);
+    const auto proxy = find_process(first_cgroup(only_record(state)), kProxyComm);
     ASSERT_TRUE(proxy) << "no egress proxy in the sandbox's cgroup";
     const auto expected = runtime::sandbox_budgets(
         *config.budgets, config.pids, runtime::read_kernel_number("/proc/sys/fs/file-max"),
@@ -291,7 +291,7 @@ TEST(EgressModes, AConnectionFloodPastTheProxysLimitIsRefusedCleanlyAndHarmsNoOt
     const auto before = host.requests();
     EXPECT_EQ(sh(*other, "curl -s -m 10 http://allowed.test/"), "test-host\n");
     EXPECT_NE(sh(*flooded, "curl -s -m 10 http://allowed.test/; echo rc=$?"), "test-host\nrc=0\n");
-    EXPECT_TRUE(find_process(flooded_record, kProxyComm));
+    EXPECT_TRUE(find_process(first_cgroup(flooded_record), kProxyComm));
     EXPECT_EQ(host.requests(), before + 1);
 
     // The flood ends: the flooded sandbox's proxy serves again.
