@@ -37,6 +37,8 @@ class Capability(str, enum.Enum):
     RECLAIM = "reclaim"
     ATTACHED_IDENTITY = "attached_identity"
     EGRESS_METHODS = "egress_methods"
+    # The backend delivers exec output as it is produced (not yet bound in Python: docs/python.md).
+    STREAMING_EXEC = "streaming_exec"
 
 
 class Egress(str, enum.Enum):
