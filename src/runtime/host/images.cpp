@@ -1,5 +1,6 @@
-// The image store: image references, the store's layout and metadata, the host skeleton, and
-// resolving an image to a mount plan. Reading archives is image_archive.cpp's.
+// The image store: image references, the store's layout and metadata, and resolving an image to a
+// mount plan. Reading archives is image_archive.cpp's; the host image's skeleton,
+// host_skeleton.cpp's.
 #include "maf_sandbox/runtime/host/images.hpp"
 
 #include <archive.h>
@@ -22,6 +23,7 @@
 #include <sstream>
 
 #include "../kernel/fd_ops.hpp"
+#include "host_skeleton.hpp"
 #include "image_archive.hpp"
 #include "image_staging.hpp"
 #include "import_budget.hpp"
@@ -37,18 +39,11 @@ namespace json = boost::json;
 namespace {
 
 using namespace image_archive;
+using namespace host_skeleton;
 
 constexpr const char* kMetadataFile = "image.json";
-// Bump when the skeleton's contents change: an old skeleton is rebuilt on next use.
-constexpr const char* kSkeletonVersion = "1";
 constexpr const char* kDefaultWorkDirForHost = "/maf-sandbox/work";
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-// Host top-level directories that are either replicated as links (merged /usr) or bound.
-constexpr std::array<const char*, 6> kHostLibDirs{"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
-// /etc entries bound read-only from the host when present (files or directories).
-constexpr std::array<const char*, 4> kHostEtcBinds{"etc/ld.so.cache", "etc/ssl",
-                                                   "etc/ca-certificates", "etc/alternatives"};
 
 bool valid_name_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
@@ -185,81 +180,6 @@ std::uint64_t now_unix() {
     return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                           std::chrono::system_clock::now().time_since_epoch())
                                           .count());
-}
-
-// --- the host skeleton -------------------------------------------------------------------------
-
-// The skeleton is a tree we build ourselves in a fresh staging directory; it is still made
-// through GuestFs, fd-relative from its root, like every tree the runtime writes.
-void write_text(const GuestFs& tree, const std::string& path, std::string_view text,
-                mode_t mode = 0644) {
-    GuestWriteOptions options;
-    options.mode = mode;
-    tree.write(path, text, options);
-}
-
-void make_dir_mode(const GuestFs& tree, const std::string& path, mode_t mode) {
-    const auto dir = tree.make_directory(path);
-    if (::fchmod(dir.get(), mode) != 0) {
-        throw SystemError(errno, fmt::format("setting the mode of the skeleton's '{}'", path));
-    }
-}
-
-void build_skeleton(const fs::path& root) {
-    if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) {
-        throw SystemError(errno, fmt::format("creating '{}'", root.string()));
-    }
-    const auto tree = GuestFs::open(root, GuestOwner{0, 0});
-    make_dir_mode(tree, "/", 0755);
-    for (const char* dir :
-         {"usr", "proc", "dev", "etc", "home", "run", "var", "mnt", "sys", "maf-sandbox"}) {
-        make_dir_mode(tree, fmt::format("/{}", dir), 0755);
-    }
-    make_dir_mode(tree, "/tmp", 01777);
-    make_dir_mode(tree, "/var/tmp", 01777);
-    make_dir_mode(tree, "/root", 0700);
-    for (const char* dir : kHostLibDirs) {
-        const auto host = fs::path("/") / dir;
-        struct stat st {};
-        if (::lstat(host.c_str(), &st) != 0) {
-            continue;
-        }
-        if (S_ISLNK(st.st_mode)) {  // merged /usr: /bin -> usr/bin, replicated as is
-            std::error_code error;
-            const auto target = fs::read_symlink(host, error);
-            if (!error) {
-                tree.symlink(fmt::format("/{}", dir), target.string());
-            }
-        } else if (S_ISDIR(st.st_mode)) {
-            make_dir_mode(tree, fmt::format("/{}", dir), 0755);
-        }
-    }
-    for (const char* entry : kHostEtcBinds) {
-        const auto host = fs::path("/") / entry;
-        struct stat st {};
-        if (::stat(host.c_str(), &st) != 0) {
-            continue;
-        }
-        if (S_ISDIR(st.st_mode)) {
-            make_dir_mode(tree, fmt::format("/{}", entry), 0755);
-        } else {
-            write_text(tree, fmt::format("/{}", entry), "");
-        }
-    }
-    write_text(tree, "/etc/passwd",
-               fmt::format("root:x:0:0:root:/root:/bin/sh\n"
-                           "{0}:x:{1}:{2}:{0}:/maf-sandbox/work:/bin/sh\n"
-                           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-                           kHostImageUser, kHostImageUid, kHostImageGid));
-    write_text(
-        tree, "/etc/group",
-        fmt::format("root:x:0:\n{0}:x:{1}:\nnogroup:x:65534:\n", kHostImageUser, kHostImageGid));
-    write_text(tree, "/etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost\n");
-    write_text(tree, "/etc/hostname", "sandbox\n");
-    write_text(tree, "/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n");
-    write_text(tree, "/etc/resolv.conf", "");  // no network by default: nothing to resolve with
-    detail::write_file_durably(root.parent_path() / "skeleton-version", kSkeletonVersion, 0644,
-                               false);
 }
 
 // A directory of the image store we just made, opened without following a link, so its mode is
