@@ -6,8 +6,8 @@
 #include <chrono>
 
 #include "maf_sandbox/core/off_loop.hpp"
-#include "timer_wait.hpp"
 #include "refusal.hpp"
+#include "timer_wait.hpp"
 
 namespace maf_sandbox::emulator {
 
