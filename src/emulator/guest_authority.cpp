@@ -21,6 +21,8 @@
 #include <exception>
 #include <optional>
 
+#include "maf_sandbox/runtime/kernel/fd_passing.hpp"
+
 namespace maf_sandbox::emulator {
 namespace {
 
@@ -178,20 +180,7 @@ void ReplyChannel::descriptor(int fd) {
     if (descriptor_channel_ < 0) {
         throw Refusal{500, "FileOperationFailed", "The file operation has no descriptor channel."};
     }
-    char byte = 0;
-    iovec io{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))]{};
-    msghdr message{};
-    message.msg_iov = &io;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof(control);
-    cmsghdr* header = CMSG_FIRSTHDR(&message);
-    header->cmsg_level = SOL_SOCKET;
-    header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-    if (::sendmsg(descriptor_channel_, &message, MSG_NOSIGNAL) != 1) {
+    if (!runtime::send_fd(descriptor_channel_, fd, 0)) {
         throw Refusal{
             500, "FileOperationFailed",
             fmt::format("Handing the open file back failed: {}.", ::strerrordesc_np(errno))};
@@ -203,26 +192,7 @@ namespace {
 // The descriptor the child sent, if it sent one (it has exited: the datagram waits queued).
 runtime::UniqueFd receive_descriptor(int channel) {
     char byte = 0;
-    iovec io{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))]{};
-    msghdr message{};
-    message.msg_iov = &io;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof(control);
-    if (::recvmsg(channel, &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) != 1) {
-        return {};
-    }
-    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
-         header = CMSG_NXTHDR(&message, header)) {
-        if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS &&
-            header->cmsg_len == CMSG_LEN(sizeof(int))) {
-            int fd = -1;
-            std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
-            return runtime::UniqueFd(fd);
-        }
-    }
-    return {};
+    return runtime::receive_fd(channel, byte, MSG_DONTWAIT);
 }
 
 }  // namespace

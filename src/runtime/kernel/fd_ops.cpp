@@ -116,7 +116,12 @@ struct FdMessage {
 
 }  // namespace
 
+}  // namespace maf_sandbox::runtime::detail
+
+namespace maf_sandbox::runtime {
+
 bool send_fd(int channel, int fd, char byte) noexcept {
+    using detail::FdMessage;
     FdMessage out(byte);
     msghdr& message = out.message;
     cmsghdr* header = CMSG_FIRSTHDR(&message);
@@ -131,12 +136,13 @@ bool send_fd(int channel, int fd, char byte) noexcept {
     return sent == 1;
 }
 
-UniqueFd receive_fd(int channel, char& byte) noexcept {
+UniqueFd receive_fd(int channel, char& byte, int flags) noexcept {
+    using detail::FdMessage;
     FdMessage in(byte);
     msghdr& message = in.message;
     ssize_t received = 0;
     do {
-        received = ::recvmsg(channel, &message, MSG_CMSG_CLOEXEC);
+        received = ::recvmsg(channel, &message, MSG_CMSG_CLOEXEC | flags);
     } while (received < 0 && errno == EINTR);
     const cmsghdr* header = received == 1 ? CMSG_FIRSTHDR(&message) : nullptr;
     if (header == nullptr || header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS ||
@@ -147,6 +153,10 @@ UniqueFd receive_fd(int channel, char& byte) noexcept {
     std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
     return UniqueFd(fd);
 }
+
+}  // namespace maf_sandbox::runtime
+
+namespace maf_sandbox::runtime::detail {
 
 int write_all(int fd, std::string_view data) {
     while (!data.empty()) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "maf_sandbox/runtime/kernel/fd_passing.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 
 namespace maf_sandbox::runtime::detail {
@@ -51,12 +52,8 @@ int write_all(int fd, std::string_view data);
 // an error.
 bool read_exact(int fd, char* data, std::size_t size) noexcept;
 
-// Async-signal-safe: sends the one byte `byte` carrying a copy of `fd` (SCM_RIGHTS) on the Unix
-// socket `channel`. False on failure, with errno set.
-bool send_fd(int channel, int fd, char byte) noexcept;
-
-// Blocks for one message from send_fd: its byte, and its descriptor (close-on-exec). Invalid on
-// EOF, an error, or a message that does not carry exactly one descriptor.
-UniqueFd receive_fd(int channel, char& byte) noexcept;
+// Descriptor passing (fd_passing.hpp), named here too for the room's own callers.
+using runtime::receive_fd;
+using runtime::send_fd;
 
 }  // namespace maf_sandbox::runtime::detail
