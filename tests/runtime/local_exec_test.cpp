@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -25,7 +24,8 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
-#include "maf_sandbox/runtime/kernel/kernel_files.hpp"
+#include "polling.hpp"
+#include "process_probe.hpp"
 #include "sandbox_fixture.hpp"
 
 namespace maf_sandbox::local {
@@ -43,34 +43,6 @@ std::vector<std::string> marker(int test) {
 std::string marker_command(const std::vector<std::string>& argv) {
     // Two of them, one in the background: the whole tree must go, not just the leader.
     return fmt::format("{0} {1} & {0} {1}; wait", argv[0], argv[1]);
-}
-
-// Live processes whose argv is exactly `argv`, as the host sees them (sandboxes included).
-int processes_running(const std::vector<std::string>& argv) {
-    std::string expected;
-    for (const auto& arg : argv) {
-        expected += arg;
-        expected += '\0';
-    }
-    int count = 0;
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-        // Any process on the machine may exit between the listing and the read.
-        count += runtime::read_kernel_file(entry.path() / "cmdline") == expected ? 1 : 0;
-    }
-    return count;
-}
-
-// Bounded waits for the state the test is about (kills and starts are asynchronous to the
-// caller); never a measure of speed.
-bool eventually(const std::function<bool()>& condition) {
-    for (int i = 0; i < 1000; ++i) {
-        if (condition()) {
-            return true;
-        }
-        std::this_thread::sleep_for(10ms);
-    }
-    return condition();
 }
 
 ExecRequest shell(std::string command) {
@@ -129,7 +101,7 @@ TEST_F(LocalSandboxExec, TimeoutKillsTheTreeAndRaisesTimeout) {
     auto request = shell(marker_command(argv));
     request.timeout = Seconds(0.5);
     EXPECT_THROW(run_blocking(sandbox_->exec(request)), Timeout);
-    EXPECT_TRUE(eventually([&] { return processes_running(argv) == 0; }));
+    EXPECT_TRUE(testing::poll_until([&] { return testing::processes_with_argv(argv) == 0; }, 10s));
 }
 
 TEST_F(LocalSandboxExec, CancellingTheAwaitingCoroutineClosesTheConnectionAndKillsTheTree) {
@@ -144,15 +116,17 @@ TEST_F(LocalSandboxExec, CancellingTheAwaitingCoroutineClosesTheConnectionAndKil
             failure = e;
             done = true;
         }));
-    ASSERT_TRUE(eventually([&] {
-        io.run_for(10ms);
-        return processes_running(argv) == 2;
-    }));
+    ASSERT_TRUE(testing::poll_until(
+        [&] {
+            io.run_for(10ms);
+            return testing::processes_with_argv(argv) == 2;
+        },
+        10s));
     cancel.emit(asio::cancellation_type::terminal);
     io.run();
     ASSERT_TRUE(done);
     EXPECT_THROW(std::rethrow_exception(failure), boost::system::system_error);
-    EXPECT_TRUE(eventually([&] { return processes_running(argv) == 0; }));
+    EXPECT_TRUE(testing::poll_until([&] { return testing::processes_with_argv(argv) == 0; }, 10s));
     // The sandbox is unharmed: the next exec runs.
     EXPECT_EQ(run_blocking(sandbox_->exec(shell("echo ok"))).stdout_bytes, "ok\n");
 }
@@ -169,7 +143,7 @@ TEST_F(LocalSandboxExec, LosingARaceWithATimerKillsTheTree) {
         co_return first.index() == 1;
     };
     EXPECT_TRUE(run_blocking(race()));
-    EXPECT_TRUE(eventually([&] { return processes_running(argv) == 0; }));
+    EXPECT_TRUE(testing::poll_until([&] { return testing::processes_with_argv(argv) == 0; }, 10s));
 }
 
 TEST_F(LocalSandboxExec, DestroyingTheAwaitingCoroutineKillsTheTree) {
@@ -177,12 +151,14 @@ TEST_F(LocalSandboxExec, DestroyingTheAwaitingCoroutineKillsTheTree) {
     {
         asio::io_context io;
         asio::co_spawn(io, sandbox_->exec(shell(marker_command(argv))), asio::detached);
-        ASSERT_TRUE(eventually([&] {
-            io.run_for(10ms);
-            return processes_running(argv) == 2;
-        }));
+        ASSERT_TRUE(testing::poll_until(
+            [&] {
+                io.run_for(10ms);
+                return testing::processes_with_argv(argv) == 2;
+            },
+            10s));
     }  // the io_context goes with the suspended coroutine, its frame and its connection
-    EXPECT_TRUE(eventually([&] { return processes_running(argv) == 0; }));
+    EXPECT_TRUE(testing::poll_until([&] { return testing::processes_with_argv(argv) == 0; }, 10s));
 }
 
 TEST_F(LocalSandboxExec, ADisposedSandboxIsUnreachable) {

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -26,7 +25,8 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
-#include "maf_sandbox/runtime/kernel/kernel_files.hpp"
+#include "polling.hpp"
+#include "process_probe.hpp"
 #include "sandbox_fixture.hpp"
 
 namespace maf_sandbox::local {
@@ -69,32 +69,6 @@ Task<void> record(Seen& seen, ExecChunk chunk) {
 
 ExecSink sink_into(Seen& seen) {
     return [&seen](ExecChunk chunk) { return record(seen, std::move(chunk)); };
-}
-
-// Live processes whose argv is exactly `argv`, as the host sees them (sandboxes included).
-int processes_running(const std::vector<std::string>& argv) {
-    std::string expected;
-    for (const auto& arg : argv) {
-        expected += arg;
-        expected += '\0';
-    }
-    int count = 0;
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-        count += runtime::read_kernel_file(entry.path() / "cmdline") == expected ? 1 : 0;
-    }
-    return count;
-}
-
-// A bounded wait for a kill the test caused (asynchronous to the caller); never a speed measure.
-bool eventually(const std::function<bool()>& condition) {
-    for (int i = 0; i < 1000; ++i) {
-        if (condition()) {
-            return true;
-        }
-        std::this_thread::sleep_for(10ms);
-    }
-    return condition();
 }
 
 class LocalSandboxStream : public ::testing::Test {
@@ -208,7 +182,7 @@ TEST_F(LocalSandboxStream, CancellingMidStreamKillsTheTreeAndTheSandboxStaysUsab
     ASSERT_TRUE(done);
     EXPECT_THROW(std::rethrow_exception(failure), boost::system::system_error);
     EXPECT_EQ(seen.all(ExecStreamName::stdout_stream), "started\n");
-    EXPECT_TRUE(eventually([&] { return processes_running(argv) == 0; }));
+    EXPECT_TRUE(testing::poll_until([&] { return testing::processes_with_argv(argv) == 0; }, 10s));
     EXPECT_EQ(run_blocking(sandbox_->exec(shell("echo ok"))).stdout_bytes, "ok\n");
 }
 

@@ -13,6 +13,20 @@ std::string read_text(const std::filesystem::path& path) {
     return text.str();
 }
 
+int processes_with_argv(const std::vector<std::string>& argv) {
+    std::string expected;
+    for (const auto& arg : argv) {
+        expected += arg;
+        expected += '\0';
+    }
+    int count = 0;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+        count += read_text(entry.path() / "cmdline") == expected ? 1 : 0;
+    }
+    return count;
+}
+
 std::string status_field(pid_t pid, const std::string& name) {
     std::istringstream status(read_text(fmt::format("/proc/{}/status", pid)));
     for (std::string line; std::getline(status, line);) {

@@ -24,6 +24,10 @@ std::vector<unsigned> status_ids(pid_t pid, const std::string& name);
 // /proc/<pid>/comm without its newline.
 std::string comm_of(pid_t pid);
 
+// How many live processes have exactly `argv` as their command line, as the host sees them
+// (sandboxes included). Any process on the machine may exit between the listing and the read.
+int processes_with_argv(const std::vector<std::string>& argv);
+
 // Every process in the cgroup directory `cgroup` (host pids, from cgroup.procs).
 std::vector<pid_t> cgroup_processes(const std::filesystem::path& cgroup);
 // The first process of the cgroup whose comm is `comm`.
