@@ -16,30 +16,28 @@ namespace maf_sandbox::bench {
 namespace fs = std::filesystem;
 namespace json = boost::json;
 
+std::vector<std::string> front_end_run_true(const std::string& front) {
+    return {front, "run", "--backend", "local", "--floor", "container", "--", "/bin/true"};
+}
+
+std::vector<std::string> front_end_exec_true(const std::string& front, const std::string& thread) {
+    return {front,     "exec",  "--backend", "local", "--floor", "container",
+            "--scope", "bench", "--thread",  thread,  "--",      "/bin/true"};
+}
+
 // Whole-process comparisons, as a user runs them: `maf-sandbox` is the lean front end next to
 // this executable (the full CLI), which serves a warm exec and a pooled run itself.
 std::vector<json::object> LocalBench::cli() {
     std::vector<json::object> out;
-    if (self_.empty()) {
+    const auto front = front_end();
+    if (front.empty()) {
         log_->warn("cannot find this executable; the CLI comparisons are skipped");
         return out;
     }
-    const auto front = (fs::path(self_).parent_path() / "maf-sandbox").string();
-    const std::vector<std::string> run = {front,     "run",       "--backend", "local",
-                                          "--floor", "container", "--",        "/bin/true"};
-    const std::vector<std::string> exec = {front,      "exec",      "--backend", "local",
-                                           "--floor",  "container", "--scope",   "bench",
-                                           "--thread", "cli",       "--",        "/bin/true"};
+    const auto run = front_end_run_true(front);
+    const auto exec = front_end_exec_true(front, "cli");
     const std::vector<std::string> version = {front, "--version"};
-    const auto timed = [&](const std::vector<std::string>& argv) {
-        const auto start = Clock::now();
-        const auto result = spawn_and_wait(argv, child_env_.data());
-        if (result.status != 0) {
-            throw Error(fmt::format("`maf-sandbox {}` exited {} during the benchmark", argv[1],
-                                    result.status));
-        }
-        return ms_since(start);
-    };
+    const auto timed = [&](const std::vector<std::string>& argv) { return time_front_end(argv); };
     timed(exec);  // creates the warm sandbox
     std::vector<double> base, runs, execs, versions;
     for (int i = 0; i < plan_.cli_rounds; ++i) {
@@ -70,6 +68,20 @@ std::vector<json::object> LocalBench::cli() {
     timed({front, "pool", "drain"});
     out.push_back(scenario("cli_run_true_pooled", "bwrap_true", pooled, pooled_base));
     return out;
+}
+
+std::string LocalBench::front_end() const {
+    return self_.empty() ? std::string() : (fs::path(self_).parent_path() / "maf-sandbox").string();
+}
+
+double LocalBench::time_front_end(const std::vector<std::string>& argv) {
+    const auto start = Clock::now();
+    const auto result = spawn_and_wait(argv, child_env_.data());
+    if (result.status != 0) {
+        throw Error(
+            fmt::format("`maf-sandbox {}` exited {} during the benchmark", argv[1], result.status));
+    }
+    return ms_since(start);
 }
 
 // Until the shared pool holds a ready sandbox again (at most 10 s).

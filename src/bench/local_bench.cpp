@@ -145,8 +145,14 @@ json::object LocalBench::run() {
                  },
                  *log_);
          }},
-        {"cli_", [&] {
+        {"cli_",
+         [&] {
              for (auto& scenario : cli()) {
+                 add(std::move(scenario));
+             }
+         }},
+        {"peer_", [&] {
+             for (auto& scenario : peers()) {
                  add(std::move(scenario));
              }
          }}};
@@ -246,6 +252,12 @@ json::object LocalBench::scenario(const std::string& name, const std::string& ba
 }
 
 void LocalBench::print(const json::object& s) {
+    if (const auto* why = s.if_contains("skipped")) {
+        std::cout << fmt::format("{:34s} skipped: {}\n", std::string(s.at("name").as_string()),
+                                 std::string(why->as_string()))
+                  << std::flush;
+        return;
+    }
     const auto& stats = s.at("stats").as_object();
     std::cout << fmt::format(
         "{:34s} p50 {:9.3f} ms  p95 {:9.3f}  p99 {:9.3f}  (n={})",

@@ -2,7 +2,7 @@
 // (one baseline sample, one of ours, and so on), because the machine is shared and noisy: only
 // ratios taken in the same minute compare. One LocalBench owns a temporary state directory and a
 // LocalBackend on it; its scenarios are spread over local_bench.cpp (the run, baselines, output),
-// exec_scenarios.cpp, churn_scenarios.cpp and cli_scenarios.cpp.
+// exec_scenarios.cpp, churn_scenarios.cpp, cli_scenarios.cpp and peer_scenarios.cpp.
 #pragma once
 
 #include <cstddef>
@@ -81,6 +81,13 @@ class LocalBench {
     // cli_scenarios.cpp
     std::vector<boost::json::object> cli();
     void wait_for_shared_pool();
+    // The `maf-sandbox` front end next to this executable ("" when this one cannot be found),
+    // and one whole-process sample of it (an error when it fails).
+    std::string front_end() const;
+    double time_front_end(const std::vector<std::string>& argv);
+
+    // peer_scenarios.cpp
+    std::vector<boost::json::object> peers();
 
     Plan plan_;
     std::vector<std::string> only_;
@@ -99,6 +106,11 @@ SandboxSpec bench_spec(IsolationScope scope);
 
 // `argv` with at most `max_output` bytes of output kept.
 ExecRequest command_request(Argv argv, std::uint64_t max_output = 1u << 20);
+
+// The front end's unpooled one-shot `run -- /bin/true`, and its warm `exec -- /bin/true` at the
+// bench's scope and `thread`, as a user types them.
+std::vector<std::string> front_end_run_true(const std::string& front);
+std::vector<std::string> front_end_exec_true(const std::string& front, const std::string& thread);
 
 // The elementwise sums of two sample series (a write and its read back), as long as the shorter.
 std::vector<double> sum_pairs(const std::vector<double>& a, const std::vector<double>& b);

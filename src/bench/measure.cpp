@@ -54,7 +54,8 @@ json::object to_json(const Stats& s) {
                         {"max_ms", s.max}};
 }
 
-Spawned spawn_and_wait(const std::vector<std::string>& argv, char** envp, bool capture) {
+Spawned spawn_and_wait(const std::vector<std::string>& argv, char** envp, bool capture,
+                       const char* stderr_file) {
     std::vector<char*> args;
     for (const auto& arg : argv) {
         args.push_back(const_cast<char*>(arg.c_str()));
@@ -71,7 +72,12 @@ Spawned spawn_and_wait(const std::vector<std::string>& argv, char** envp, bool c
     } else {
         posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
     }
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    if (stderr_file != nullptr) {
+        posix_spawn_file_actions_addopen(&actions, 2, stderr_file, O_WRONLY | O_CREAT | O_TRUNC,
+                                         0600);
+    } else {
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    }
     // Never the bench's own stdin: the front ends forward a stdin that is not a terminal, and an
     // open pipe the bench inherited would hold them until it closes.
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);

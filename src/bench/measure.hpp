@@ -36,10 +36,11 @@ struct Spawned {
     double first_byte_ms = -1;
 };
 
-// posix_spawn + wait; stdout is read (and counted) when `capture`, else it goes to /dev/null, as
-// stderr always does; stdin is /dev/null. `argv[0]` is a path (no PATH search: the baseline must
-// not pay for one).
-Spawned spawn_and_wait(const std::vector<std::string>& argv, char** envp, bool capture = false);
+// posix_spawn + wait; stdout is read (and counted) when `capture`, else it goes to /dev/null;
+// stderr goes to /dev/null, or to the file `stderr_file` (created or emptied) when one is named;
+// stdin is /dev/null. `argv[0]` is a path (no PATH search: the baseline must not pay for one).
+Spawned spawn_and_wait(const std::vector<std::string>& argv, char** envp, bool capture = false,
+                       const char* stderr_file = nullptr);
 
 // The first executable `name` in the usual system directories.
 std::optional<std::string> find_program(const std::string& name);
