@@ -145,6 +145,43 @@ TEST_F(ImageStoreTest, ADockerSaveArchiveImportsWithItsConfig) {
     EXPECT_EQ(store.resolve("saved").uid, 1001u);
 }
 
+// An image's author writes its config; the CLI prints User and WorkingDir in `images list` and
+// in errors, so a terminal escape there would reach the operator's terminal.
+TEST_F(ImageStoreTest, AConfigCarryingTerminalEscapesIsRefusedNamingTheField) {
+    const auto saved = [&](const std::string& name, const std::string& config) {
+        const auto archive = temp.path() / (name + ".tar");
+        TarBuilder()
+            .file("manifest.json",
+                  R"([{"Config":"cfg.json","RepoTags":["app:1"],"Layers":["l1/layer.tar"]}])")
+            .file("cfg.json", config)
+            .file("l1/layer.tar", layer_one())
+            .write_to(archive);
+        return archive;
+    };
+    // The control: a config with a tab in an Env value and non-ASCII text imports.
+    const auto fine = saved(
+        "fine", R"({"config":{"User":"app","Env":["A=x\ty","B=caf\u00e9"],"WorkingDir":"/srv"}})");
+    EXPECT_EQ(store.import(fine, "fine").workdir, "/srv");
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {"User", R"({"config":{"User":"1000\u001b]0;PWNED\u0007"}})"},
+        {"WorkingDir", R"({"config":{"WorkingDir":"/srv\u001b[2J"}})"},
+        {"Env", R"({"config":{"Env":["PS=\u009b31m"]}})"},
+        {"Env", R"({"config":{"Env":["DEL=\u007f"]}})"},
+    };
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        const auto& [field, config] = cases[i];
+        const auto name = "esc" + std::to_string(i);
+        try {
+            store.import(saved(name, config), name);
+            ADD_FAILURE() << field << " with a control character was imported";
+        } catch (const InvalidArgument& e) {
+            EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+        }
+        EXPECT_THROW(store.resolve(name), InvalidArgument) << name;
+    }
+    expect_no_leftovers();
+}
+
 TEST_F(ImageStoreTest, EscapingArchivesAreRefusedAndLeaveNothing) {
     const auto outside = temp.path() / "outside";
     fs::create_directories(outside);

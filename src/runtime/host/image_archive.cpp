@@ -255,11 +255,12 @@ void apply_layer(const fs::path& layer, const fs::path& rootfs, bool honour_whit
     // through a link an earlier entry or layer planted: that is refused as a link among the
     // parents (ConfinementEscape), whatever libarchive's by-name checks would have said.
     auto reader = open_archive(layer);
-    const auto refuse = [&](const std::string& raw, const Error& e) {
+    // A bad name or a link among the parents is the archive's doing; a file-system refusal (too
+    // many hard links to one file, a name too long) is said as the kernel said it.
+    const auto refuse = [&](const std::string& raw, const Error& e, bool escape) {
         return InvalidArgument(fmt::format(
-            "layer '{}': entry '{}' refused: {}; the archive tries to write outside the image or "
-            "through a link",
-            layer.filename().string(), raw, e.what()));
+            "layer '{}': entry '{}' refused: {}{}", layer.filename().string(), raw, e.what(),
+            escape ? "; the archive tries to write outside the image or through a link" : ""));
     };
     for_each_entry(reader->handle, layer, [&](archive_entry* entry) {
         const std::string raw = archive_entry_pathname(entry);
@@ -276,9 +277,9 @@ void apply_layer(const fs::path& layer, const fs::path& rootfs, bool honour_whit
         } catch (const ImageImportLimitExceeded&) {
             throw;
         } catch (const InvalidArgument& e) {
-            throw refuse(raw, e);
+            throw refuse(raw, e, true);
         } catch (const FileError& e) {
-            throw refuse(raw, e);
+            throw refuse(raw, e, false);
         }
     });
 }

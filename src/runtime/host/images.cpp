@@ -92,20 +92,51 @@ ImageInfo info_from_json(const json::value& value, const fs::path& dir) {
     return info;
 }
 
+// True when `text` holds a terminal control character: C0 but tab, DEL, or a C1 control in
+// UTF-8 (U+0080..U+009F, whose CSI opens the same escapes as ESC [).
+bool has_control_character(std::string_view text) {
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const auto byte = static_cast<unsigned char>(text[i]);
+        if ((byte < 0x20 && byte != '\t') || byte == 0x7f) {
+            return true;
+        }
+        if (byte == 0xc2 && i + 1 < text.size()) {
+            const auto next = static_cast<unsigned char>(text[i + 1]);
+            if (next >= 0x80 && next <= 0x9f) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+// The image's author wrote these strings, and the CLI prints them in tables and errors: a
+// control character would reach the operator's terminal as an escape (retitle, clear, write the
+// clipboard), so an image that carries one is refused at import, naming the field.
+std::string config_text(std::string value, std::string_view field) {
+    if (has_control_character(value)) {
+        throw InvalidArgument(fmt::format(
+            "the image config's {} holds a control character; such an image is refused, because "
+            "its strings are printed to terminals (rebuild it without control characters)",
+            field));
+    }
+    return value;
+}
+
 // The image config's User, Env and WorkingDir (all optional).
 void take_config(const json::value& image_config, ImageInfo& info) {
     const auto* config = member(image_config, "config");
     if (config == nullptr) {
         return;
     }
-    info.user = string_member(*config, "User");
-    info.workdir = string_member(*config, "WorkingDir");
+    info.user = config_text(string_member(*config, "User"), "User");
+    info.workdir = config_text(string_member(*config, "WorkingDir"), "WorkingDir");
     if (const auto* env = member(*config, "Env"); env && env->is_array()) {
         for (const auto& item : env->get_array()) {
             if (!item.is_string()) {
                 continue;
             }
-            const std::string text(item.get_string());
+            const auto text = config_text(std::string(item.get_string()), "Env");
             const auto eq = text.find('=');
             if (eq != std::string::npos && eq > 0) {
                 info.env[text.substr(0, eq)] = text.substr(eq + 1);
