@@ -42,6 +42,22 @@ double policy_seconds(const json::object& lifecycle, const char* policy,
 }  // namespace
 
 void SandboxService::reattach() {
+    // An import the emulator was killed in the middle of is started again: its half-unpacked
+    // staging directory is swept by the runtime's next import, and the image, still wanted, would
+    // otherwise stay Pending for good.
+    for (const auto& image : store_.disk_images()) {
+        if (image.state == DiskImageState::pending) {
+            logger_->warn(
+                "disk image {} was being imported when the emulator stopped; importing "
+                "it again",
+                image.id);
+            auto self = shared_from_this();
+            boost::asio::co_spawn(
+                executor_,
+                [self, image]() -> Task<void> { co_await self->import_disk_image(image); },
+                boost::asio::detached);
+        }
+    }
     for (const auto& doc : store_.sandboxes()) {
         if (doc.state == SandboxState::deleting) {
             spawn_delete(doc.id);

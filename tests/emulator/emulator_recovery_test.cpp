@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -313,6 +314,51 @@ TEST(EmulatorRecovery, ADiskImageImportThatFindsNoSpaceStaysPendingAndIsReadyOnc
     };
     poll_until(saved, 60s, 100ms);
     EXPECT_TRUE(saved()) << slurp(disk.path() / "emulator" / "state.json");
+    EXPECT_EQ(sdk.call("DELETE", "/diskimages/" + id).status, 202);
+}
+
+// An emulator killed while an import is Pending (here held there by a full disk) imports it again
+// when it restarts on the same state: the image becomes Ready rather than Pending for good.
+TEST(EmulatorRecovery, AnImportPendingWhenTheEmulatorIsKilledIsResumedByTheRestart) {
+    TempDir dir;
+    SmallTmpfs disk(dir.path() / "state", "64m");
+    const auto rootfs = dir.path() / "rootfs";
+    std::filesystem::create_directories(rootfs / "etc");
+    std::ofstream(rootfs / "etc" / "payload") << std::string(512 * 1024, 'p');
+    const auto tarball = dir.path() / "rootfs.tar";
+    ASSERT_EQ(std::system(
+                  fmt::format("tar -C '{}' -cf '{}' .", rootfs.string(), tarball.string()).c_str()),
+              0);
+    ASSERT_EQ(std::system(fmt::format("'{}' images add '{}' --ref r.io/tiny:1 --state-dir '{}' "
+                                      ">/dev/null",
+                                      ACAS_EMULATOR_PATH, tarball.string(), disk.path().string())
+                              .c_str()),
+              0);
+    boost::asio::io_context io;
+    std::string id;
+    {
+        EmulatorProcess emulator(disk.path());
+        SdkClient sdk(io, disk.path() / "ca.pem", emulator.base_url());
+        disk.reserve(8192);
+        disk.fill();
+        disk.release_reserve();
+        const auto r = sdk.call("PUT", "/diskimages",
+                                R"({"image":{"base":"r.io/tiny:1"},"labels":{"name":"tiny"}})");
+        ASSERT_EQ(r.status, 201) << r.body;
+        id = std::string(SdkClient::body(r).at("id").as_string());
+        const auto recorded = [&] {
+            return slurp(disk.path() / "emulator" / "state.json").find(id) != std::string::npos;
+        };
+        ASSERT_TRUE(poll_until(recorded, 30s, 50ms));
+        ASSERT_EQ(image_state(sdk, id), "Pending");
+        ASSERT_EQ(::kill(emulator.pid(), SIGKILL), 0);
+    }
+    disk.free_space();
+    EmulatorProcess restarted(disk.path());
+    SdkClient sdk(io, disk.path() / "ca.pem", restarted.base_url());
+    std::string state;
+    poll_until([&] { return (state = image_state(sdk, id)) != "Pending"; }, 60s, 100ms);
+    EXPECT_EQ(state, "Ready") << slurp(restarted.log()).substr(0, 4000);
     EXPECT_EQ(sdk.call("DELETE", "/diskimages/" + id).status, 202);
 }
 
