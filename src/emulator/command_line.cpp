@@ -1,5 +1,9 @@
 // The acas-emulator command line. Hand-written (CLI11 belongs to src/cli): two subcommands with
 // a handful of flags each.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -15,8 +19,10 @@
 #include <iostream>
 
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/emulator/emulator.hpp"
 #include "maf_sandbox/runtime/kernel/state_dir.hpp"
+#include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 #include "registry_standin.hpp"
 #include "state_store.hpp"
 
@@ -25,8 +31,8 @@ namespace {
 
 constexpr const char* kUsage = R"(usage:
   acas-emulator serve --listen 127.0.0.1:PORT --state-dir DIR
-                      [--tls-cert FILE --tls-key FILE | --self-signed] [--token TOKEN]
-                      [--allow-remote]
+                      [--tls-cert FILE --tls-key FILE | --self-signed]
+                      [--token TOKEN | --no-token] [--allow-remote]
                       [--public-metrics]
                       [--alias NAME=IMAGE]... [--page-size N] [--deleting-ms N]
                       [--image-max-bytes N] [--image-max-entries N] [--image-max-depth N]
@@ -40,6 +46,9 @@ constexpr const char* kUsage = R"(usage:
 
 --listen on an address other than loopback (127.0.0.0/8, ::1, localhost) needs both
 --token and --allow-remote: whoever reaches the emulator runs code in its sandboxes.
+Without --token, a token is generated and written to DIR/token (mode 0600): every other user
+of this host can reach a loopback port, so the data plane is never open by default. --no-token
+accepts any bearer token (loopback only): for a single-user machine.
 --state-dir must be owned by the emulator's user and writable by nobody else.
 --deleting-ms: how long a deleted sandbox stays listed as Deleting before GET answers 404
 (default 2000).
@@ -121,6 +130,21 @@ void check_remote_listen(const std::string& host, const std::optional<std::strin
     }
 }
 
+// A fresh bearer token, written to `token` in the state directory (descriptor-relative, never
+// through a link, 0600) for the clients of the user who started the emulator.
+std::string write_generated_token(int state_fd) {
+    const auto token = random_hex(32);
+    runtime::UniqueFd fd(
+        ::openat(state_fd, "token", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+    const auto line = token + "\n";
+    if (!fd || ::fchmod(fd.get(), 0600) != 0 ||
+        ::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+        throw SystemError(errno, "writing the generated token to the state directory",
+                          "give --token TOKEN, or make the state directory writable");
+    }
+    return token;
+}
+
 class Args {
   public:
     Args(int argc, char** argv, int start) {
@@ -147,6 +171,7 @@ int serve(Args args) {
     bool self_signed = false;
     bool listen_given = false;
     bool allow_remote = false;
+    bool any_token = false;
     while (!args.done()) {
         const auto flag = args.next();
         if (flag == "--listen") {
@@ -174,6 +199,8 @@ int serve(Args args) {
             options.plain_http = true;
         } else if (flag == "--token") {
             options.token = args.value(flag);
+        } else if (flag == "--no-token") {
+            any_token = true;
         } else if (flag == "--allow-remote") {
             allow_remote = true;
         } else if (flag == "--public-metrics") {
@@ -253,14 +280,30 @@ int serve(Args args) {
     if (self_signed && options.tls_cert) {
         usage_error("--self-signed and --tls-cert are exclusive");
     }
+    if (any_token && options.token) {
+        usage_error("--token and --no-token are exclusive");
+    }
     check_remote_listen(options.host, options.token, allow_remote);
-    (void)runtime::open_trusted_state_dir(options.state_dir, 0700, kEmulatorStateAdvice);
+    const auto state_fd =
+        runtime::open_trusted_state_dir(options.state_dir, 0700, kEmulatorStateAdvice);
+    const bool generated_token = !options.token && !any_token;
+    if (generated_token) {
+        options.token = write_generated_token(state_fd.get());
+    }
 
     auto logger = std::make_shared<spdlog::logger>(
         "acas-emulator", std::make_shared<spdlog::sinks::stderr_sink_mt>());
     logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
     logger->flush_on(spdlog::level::info);
 
+    if (generated_token) {
+        logger->info(
+            "no --token given: clients must send the bearer token written to {} "
+            "(e.g. ACAS_SANDBOX_TOKEN=$(cat {}))",
+            (options.state_dir / "token").string(), (options.state_dir / "token").string());
+    } else if (any_token) {
+        logger->warn("--no-token: any bearer token is accepted, from every user of this host");
+    }
     boost::asio::io_context io;
     Emulator emulator(io.get_executor(), std::move(options), logger);
     emulator.start();

@@ -43,7 +43,9 @@ class EmulatorProcess : public emulator::EmulatorProcess {
   private:
     static emulator::EmulatorLaunch launch(const std::filesystem::path& state,
                                            std::vector<std::string> extra) {
-        std::vector<std::string> args{"--self-signed", "--alias", "python-3.13=host"};
+        // The token SdkClient sends; a case's own --token, later on the line, replaces it.
+        std::vector<std::string> args{"--self-signed", "--alias", "python-3.13=host", "--token",
+                                      "test-token"};
         args.insert(args.end(), extra.begin(), extra.end());
         return {ACAS_EMULATOR_PATH, state, std::move(args),
                 state / fmt::format("emulator-{}.log", ++launches()), std::chrono::seconds(30)};

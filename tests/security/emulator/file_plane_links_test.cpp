@@ -375,6 +375,44 @@ TEST(EmulatorToken, PublicMetricsMakesOnlyMetricsPublic) {
     EXPECT_EQ(wrong.call("GET", "/sandboxes").status, 401);
 }
 
+// Started without --token, the emulator is not open to every user of the host (a loopback port
+// is reachable by all of them): it generates a token, readable only by its owner, and refuses
+// every other. --no-token is the explicit opt-out.
+TEST(EmulatorToken, WithoutATokenOneIsGeneratedForTheOwnerAndEveryOtherIsRefused) {
+    TempDir dir;
+    emulator::EmulatorProcess process(emulator::EmulatorLaunch{ACAS_EMULATOR_PATH,
+                                                               dir.path(),
+                                                               {"--self-signed"},
+                                                               dir.path() / "emulator.log",
+                                                               std::chrono::seconds(30)});
+    const auto file = dir.path() / "token";
+    struct stat st {};
+    ASSERT_EQ(::lstat(file.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    std::string token;
+    std::ifstream(file) >> token;
+    EXPECT_EQ(token.size(), 64u);
+    boost::asio::io_context io;
+    SdkClient owner(io, process.ca_file(), process.base_url(), token);
+    EXPECT_EQ(owner.call("GET", "/sandboxes").status, 200);
+    SdkClient other(io, process.ca_file(), process.base_url(), "any-token-at-all");
+    EXPECT_EQ(other.call("GET", "/sandboxes").status, 401);
+}
+
+TEST(EmulatorToken, NoTokenIsTheExplicitOptOutAndWritesNoTokenFile) {
+    TempDir dir;
+    emulator::EmulatorProcess process(emulator::EmulatorLaunch{ACAS_EMULATOR_PATH,
+                                                               dir.path(),
+                                                               {"--self-signed", "--no-token"},
+                                                               dir.path() / "emulator.log",
+                                                               std::chrono::seconds(30)});
+    EXPECT_FALSE(std::filesystem::exists(dir.path() / "token"));
+    boost::asio::io_context io;
+    SdkClient anyone(io, process.ca_file(), process.base_url(), "any-token-at-all");
+    EXPECT_EQ(anyone.call("GET", "/sandboxes").status, 200);
+}
+
 // --- The emulator's state file: no client grows it without bound -----------------------------
 
 TEST(EmulatorStateCaps, AnOversizedRecordIsRefusedAndNeverWritten) {
