@@ -20,8 +20,9 @@ namespace {
 
 constexpr std::string_view kPrefix = ".maf-stage-";
 
-std::optional<std::uint64_t> hex64(std::string_view text) {
-    if (text.size() != 16) {
+// Exactly `digits` lower-case hex digits (at most 16), as one number.
+std::optional<std::uint64_t> hex_number(std::string_view text, std::size_t digits) {
+    if (text.size() != digits || digits > 16) {
         return std::nullopt;
     }
     std::uint64_t v = 0;
@@ -46,12 +47,29 @@ bool writer_gone(pid_t pid) {
 
 }  // namespace
 
+namespace {
+
+// The writer's pid is a host pid (the file-plane child is not in the guest's pid namespace): the
+// name carries it XORed with a keyed mask, so the guest, which sees the name, learns nothing of
+// the host's pids. The mask is the tag of pid 0, which no writer has.
+std::optional<std::uint32_t> pid_mask(const StageKey& key, std::uint64_t nonce) {
+    const auto mask = key.tag(0, nonce);
+    if (!mask) {
+        return std::nullopt;
+    }
+    return static_cast<std::uint32_t>(*mask);
+}
+
+}  // namespace
+
 std::string staged_name(const StageKey& key, pid_t pid, std::uint64_t nonce) {
     const auto tag = key.tag(pid, nonce);
-    if (!tag) {
+    const auto mask = pid_mask(key, nonce);
+    if (!tag || !mask) {
         throw Error("the file plane could not tag its staged file (out of memory); retry");
     }
-    return fmt::format("{}{}-{:016x}-{:016x}", kPrefix, pid, nonce, *tag);
+    return fmt::format("{}{:08x}-{:016x}-{:016x}", kPrefix, static_cast<std::uint32_t>(pid) ^ *mask,
+                       nonce, *tag);
 }
 
 std::string new_staged_name(const StageKey& key) {
@@ -65,22 +83,22 @@ std::optional<pid_t> staged_by(const StageKey& key, std::string_view name) {
         return std::nullopt;
     }
     name.remove_prefix(kPrefix.size());
-    const auto dash = name.find('-');
-    if (dash == 0 || dash == std::string_view::npos || dash > 10 || name.size() != dash + 34 ||
-        name[dash + 17] != '-') {
+    // <masked pid: 8 hex>-<nonce: 16 hex>-<tag: 16 hex>
+    if (name.size() != 42 || name[8] != '-' || name[25] != '-') {
         return std::nullopt;
     }
-    std::int64_t pid = 0;
-    for (char c : name.substr(0, dash)) {
-        if (c < '0' || c > '9') {
-            return std::nullopt;
-        }
-        pid = pid * 10 + (c - '0');
+    const auto masked = hex_number(name.substr(0, 8), 8);
+    const auto nonce = hex_number(name.substr(9, 16), 16);
+    const auto claimed = hex_number(name.substr(26, 16), 16);
+    if (!masked || !nonce || !claimed) {
+        return std::nullopt;
     }
-    const auto nonce = hex64(name.substr(dash + 1, 16));
-    const auto claimed = hex64(name.substr(dash + 18, 16));
-    if (pid <= 0 || pid > INT32_MAX || !nonce || !claimed ||
-        key.tag(static_cast<pid_t>(pid), *nonce) != claimed) {
+    const auto mask = pid_mask(key, *nonce);
+    if (!mask) {
+        return std::nullopt;
+    }
+    const auto pid = static_cast<std::uint32_t>(*masked) ^ *mask;
+    if (pid == 0 || pid > INT32_MAX || key.tag(static_cast<pid_t>(pid), *nonce) != claimed) {
         return std::nullopt;
     }
     return static_cast<pid_t>(pid);

@@ -1,11 +1,12 @@
-// Internal: the names of the file plane's staged siblings (`.maf-stage-<pid>-<nonce>-<tag>`) and
-// how a leftover one is told from a guest's file. A write stages its bytes beside the target and
-// renames them over it; a crash of the emulator (or of the write's child) between the two leaves
-// the staged file behind, in a directory of the guest. The tag is a keyed MAC of the pid and nonce
-// under the state directory's secret (stage_key.hpp), which no guest can read, so a name a guest
-// makes up never verifies; only one whose writer process is gone is a leftover (a write in flight
-// in the same directory keeps its staged file). Every function here runs inside the
-// guest-authority child too: system calls, arithmetic and the key's tag only.
+// Internal: the names of the file plane's staged siblings
+// (`.maf-stage-<masked pid>-<nonce>-<tag>`) and how a leftover one is told from a guest's file. A
+// write stages its bytes beside the target and renames them over it; a crash of the emulator (or of
+// the write's child) between the two leaves the staged file behind, in a directory of the guest.
+// The tag is a keyed MAC of the pid and nonce under the state directory's secret (stage_key.hpp),
+// which no guest can read, so a name a guest makes up never verifies; only one whose writer process
+// is gone is a leftover (a write in flight in the same directory keeps its staged file). Every
+// function here runs inside the guest-authority child too: system calls, arithmetic and the key's
+// tag only.
 #pragma once
 
 #include <sys/types.h>

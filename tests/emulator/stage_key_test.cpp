@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <array>
 #include <filesystem>
 #include <fstream>
@@ -97,6 +99,9 @@ TEST(StageKey, TheTagIsTheLeadingBytesOfHmacSha256OverThePidAndNonce) {
     other_secret[0] ^= 1;
     const StageKey other(other_secret);
     const auto name = staged_name(key, pid, nonce);
+    // The writer is a host pid, and the guest sees the name: it carries the pid masked.
+    EXPECT_EQ(name.find(std::to_string(pid)), std::string::npos) << name;
+    EXPECT_EQ(name.find(fmt::format("{:08x}", pid)), std::string::npos) << name;
     EXPECT_EQ(staged_by(key, name), std::optional<pid_t>(pid));
     EXPECT_FALSE(staged_by(other, name).has_value()) << "another key's name verified";
     EXPECT_FALSE(staged_by(key, name.substr(0, name.size() - 1) + "x").has_value());
