@@ -12,7 +12,9 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/emulator/emulator.hpp"
@@ -36,6 +38,7 @@ constexpr const char* kUsage = R"(usage:
                       [--fault-403-ms N] [--fault-5xx-rate P] [--fault-latency-ms N]
                       [--fault-create-delay-ms N] [--fault-drop-rate P] [--fault-seed N]
                       [--fault-only "METHOD /path/{id}/..."]
+                      [--impersonate-service --issuer-key FILE --tenant ID [--audience URL]]
   acas-emulator images add ARCHIVE --ref REGISTRY/REPO:TAG --state-dir DIR
 
 --listen on an address other than loopback (127.0.0.0/8, ::1, localhost) needs both
@@ -52,6 +55,13 @@ free. A refused import ends Failed.
 --file-budget-bytes: the most bytes every file-plane request together holds in the emulator's
 memory (default 268435456, at least 1048576); past it a request waits up to a second, then is
 answered 429 with Retry-After.
+--impersonate-service is for tests only: the emulator then plays the real service for a client in
+real-service mode. It sends no x-acas-emulator header, answers none of its own routes (/healthz,
+/metrics, /admin/faults) and lets in only Entra ID access tokens: RS256 JWTs signed by the key in
+--issuer-key (a PEM public key or certificate), with aud --audience (default
+https://dynamicsessions.io), tid and iss naming --tenant, not expired. It needs --tls-cert and
+--tls-key (a certificate for the regional name) and excludes --token; off loopback it still needs
+--allow-remote.
 The first line on stdout is `listening on https://HOST:PORT`; logs go to stderr.
 Faults can also be read and replaced while serving: GET/PUT /admin/faults (JSON; the same
 bearer token as the data plane). GET /metrics needs that token too, unless --public-metrics.
@@ -121,6 +131,39 @@ void check_remote_listen(const std::string& host, const std::optional<std::strin
     }
 }
 
+// --impersonate-service's rules, read and checked before anything is served.
+ServiceImpersonation impersonation_rules(const EmulatorOptions& options,
+                                         const std::optional<std::string>& issuer_key,
+                                         const std::optional<std::string>& tenant,
+                                         const std::optional<std::string>& audience) {
+    if (!issuer_key || !tenant) {
+        usage_error("--impersonate-service needs --issuer-key FILE and --tenant ID");
+    }
+    if (options.token) {
+        usage_error(
+            "--impersonate-service and --token are exclusive: the service takes Entra ID "
+            "tokens only");
+    }
+    if (!options.tls_cert || options.plain_http) {
+        usage_error(
+            "--impersonate-service needs --tls-cert and --tls-key (the regional name's "
+            "certificate)");
+    }
+    std::ifstream stream(*issuer_key, std::ios::binary);
+    std::ostringstream contents;
+    contents << stream.rdbuf();
+    if (!stream) {
+        usage_error(fmt::format("--issuer-key {}: cannot read the file", *issuer_key));
+    }
+    ServiceImpersonation rules;
+    rules.issuer_key_pem = contents.str();
+    rules.tenant = *tenant;
+    if (audience) {
+        rules.audience = *audience;
+    }
+    return rules;
+}
+
 class Args {
   public:
     Args(int argc, char** argv, int start) {
@@ -147,6 +190,8 @@ int serve(Args args) {
     bool self_signed = false;
     bool listen_given = false;
     bool allow_remote = false;
+    bool impersonate = false;
+    std::optional<std::string> issuer_key, tenant, audience;
     while (!args.done()) {
         const auto flag = args.next();
         if (flag == "--listen") {
@@ -174,6 +219,14 @@ int serve(Args args) {
             options.plain_http = true;
         } else if (flag == "--token") {
             options.token = args.value(flag);
+        } else if (flag == "--impersonate-service") {
+            impersonate = true;
+        } else if (flag == "--issuer-key") {
+            issuer_key = args.value(flag);
+        } else if (flag == "--tenant") {
+            tenant = args.value(flag);
+        } else if (flag == "--audience") {
+            audience = args.value(flag);
         } else if (flag == "--allow-remote") {
             allow_remote = true;
         } else if (flag == "--public-metrics") {
@@ -253,7 +306,14 @@ int serve(Args args) {
     if (self_signed && options.tls_cert) {
         usage_error("--self-signed and --tls-cert are exclusive");
     }
-    check_remote_listen(options.host, options.token, allow_remote);
+    if (impersonate) {
+        options.impersonation = impersonation_rules(options, issuer_key, tenant, audience);
+    } else if (issuer_key || tenant || audience) {
+        usage_error("--issuer-key, --tenant and --audience go with --impersonate-service");
+    }
+    check_remote_listen(options.host,
+                        impersonate ? std::optional<std::string>("entra") : options.token,
+                        allow_remote);
     (void)runtime::open_trusted_state_dir(options.state_dir, 0700, kEmulatorStateAdvice);
 
     auto logger = std::make_shared<spdlog::logger>(
