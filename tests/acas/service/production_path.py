@@ -25,6 +25,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # the source tree stays as checked out
 sys.path.insert(0, HERE)
 import standins  # noqa: E402
 
@@ -176,7 +177,7 @@ class World:
         self.az_config = os.path.join(work, "az.json")
         self.write_az_config()
         with open(os.path.join(self.az_dir, "az"), "w", encoding="utf-8") as az:
-            az.write(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {HERE!r})\n"
+            az.write(f"#!{sys.executable} -B\nimport sys\nsys.path.insert(0, {HERE!r})\n"
                      "import standins\n"
                      f"sys.exit(standins.az_main({self.az_config!r}, sys.argv[1:]))\n")
         os.chmod(os.path.join(self.az_dir, "az"), 0o755)
