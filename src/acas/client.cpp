@@ -89,6 +89,37 @@ std::string problem_code(const std::string& body) {
     return {};
 }
 
+std::string problem_detail(const std::string& body) {
+    boost::system::error_code error;
+    auto value = boost::json::parse(body, error);
+    if (error || !value.is_object())
+        return {};
+    const auto& object = value.as_object();
+    const boost::json::value* text = object.if_contains("detail");
+    if (const auto* e = object.if_contains("error"); !text && e && e->is_object()) {
+        text = e->as_object().if_contains("message");
+    }
+    if (text == nullptr || !text->is_string())
+        return {};
+    // Quoted into an error a person reads and logs: printable, short, and with any long word
+    // (what an echoed token or key would be) left out.
+    std::string shown, word;
+    const auto flush = [&] {
+        shown += word.size() > 64 ? "[...]" : word;
+        word.clear();
+    };
+    for (const char c : std::string_view(text->as_string()).substr(0, 300)) {
+        if (c == ' ') {
+            flush();
+            shown.push_back(' ');
+        } else {
+            word.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+        }
+    }
+    flush();
+    return shown;
+}
+
 }  // namespace detail
 
 AcasClient::Impl::Impl(asio::any_io_executor ex, AcasClientOptions o)
@@ -280,9 +311,13 @@ Task<net::HttpResponse> AcasClient::Impl::send_with_retries(std::string method, 
         options.log->debug("ACAS {} {} answered {} {} (attempt {})", method, url, status, code,
                            attempt);
         if (status == 401) {
+            // The service's reason (audience, tenant, expiry) is what a person can act on.
+            const auto detail = detail::problem_detail(response.body);
             throw AcasAuthorizationError(
-                "the ACAS service refused the token (HTTP 401); check the credential's audience "
-                "(https://dynamicsessions.io/.default)",
+                fmt::format("the ACAS service refused the token (HTTP 401{}{}); check the "
+                            "credential's audience (https://dynamicsessions.io/.default), tenant "
+                            "and expiry",
+                            detail.empty() ? "" : ": ", detail),
                 status, code);
         }
         if (status == 403) {

@@ -19,6 +19,8 @@ std::string new_request_id();
 std::optional<Seconds> retry_after_of(const net::HttpResponse& response);
 bool is_retryable_status(int status);
 std::string problem_code(const std::string& body);
+// The problem's detail (or error.message), made safe to quote in an error; empty when none.
+std::string problem_detail(const std::string& body);
 }  // namespace detail
 
 struct AcasClient::Impl {

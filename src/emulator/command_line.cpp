@@ -16,7 +16,9 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/random_id.hpp"
@@ -42,6 +44,7 @@ constexpr const char* kUsage = R"(usage:
                       [--fault-403-ms N] [--fault-5xx-rate P] [--fault-latency-ms N]
                       [--fault-create-delay-ms N] [--fault-drop-rate P] [--fault-seed N]
                       [--fault-only "METHOD /path/{id}/..."]
+                      [--impersonate-service --issuer-key FILE --tenant ID [--audience URL]]
   acas-emulator images add ARCHIVE --ref REGISTRY/REPO:TAG --state-dir DIR
 
 --listen on an address other than loopback (127.0.0.0/8, ::1, localhost) needs both
@@ -61,6 +64,13 @@ free. A refused import ends Failed.
 --file-budget-bytes: the most bytes every file-plane request together holds in the emulator's
 memory (default 268435456, at least 1048576); past it a request waits up to a second, then is
 answered 429 with Retry-After.
+--impersonate-service is for tests only: the emulator then plays the real service for a client in
+real-service mode. It sends no x-acas-emulator header, answers none of its own routes (/healthz,
+/metrics, /admin/faults) and lets in only Entra ID access tokens: RS256 JWTs signed by the key in
+--issuer-key (a PEM public key or certificate), with aud --audience (default
+https://dynamicsessions.io), tid and iss naming --tenant, not expired. It needs --tls-cert and
+--tls-key (a certificate for the regional name) and excludes --token; off loopback it still needs
+--allow-remote.
 The first line on stdout is `listening on https://HOST:PORT`; logs go to stderr.
 Faults can also be read and replaced while serving: GET/PUT /admin/faults (JSON; the same
 bearer token as the data plane). GET /metrics needs that token too, unless --public-metrics.
@@ -145,6 +155,39 @@ std::string write_generated_token(int state_fd) {
     return token;
 }
 
+// --impersonate-service's rules, read and checked before anything is served.
+ServiceImpersonation impersonation_rules(const EmulatorOptions& options,
+                                         const std::optional<std::string>& issuer_key,
+                                         const std::optional<std::string>& tenant,
+                                         const std::optional<std::string>& audience) {
+    if (!issuer_key || !tenant) {
+        usage_error("--impersonate-service needs --issuer-key FILE and --tenant ID");
+    }
+    if (options.token) {
+        usage_error(
+            "--impersonate-service and --token are exclusive: the service takes Entra ID "
+            "tokens only");
+    }
+    if (!options.tls_cert || options.plain_http) {
+        usage_error(
+            "--impersonate-service needs --tls-cert and --tls-key (the regional name's "
+            "certificate)");
+    }
+    std::ifstream stream(*issuer_key, std::ios::binary);
+    std::ostringstream contents;
+    contents << stream.rdbuf();
+    if (!stream) {
+        usage_error(fmt::format("--issuer-key {}: cannot read the file", *issuer_key));
+    }
+    ServiceImpersonation rules;
+    rules.issuer_key_pem = contents.str();
+    rules.tenant = *tenant;
+    if (audience) {
+        rules.audience = *audience;
+    }
+    return rules;
+}
+
 class Args {
   public:
     Args(int argc, char** argv, int start) {
@@ -172,6 +215,8 @@ int serve(Args args) {
     bool listen_given = false;
     bool allow_remote = false;
     bool any_token = false;
+    bool impersonate = false;
+    std::optional<std::string> issuer_key, tenant, audience;
     while (!args.done()) {
         const auto flag = args.next();
         if (flag == "--listen") {
@@ -201,6 +246,14 @@ int serve(Args args) {
             options.token = args.value(flag);
         } else if (flag == "--no-token") {
             any_token = true;
+        } else if (flag == "--impersonate-service") {
+            impersonate = true;
+        } else if (flag == "--issuer-key") {
+            issuer_key = args.value(flag);
+        } else if (flag == "--tenant") {
+            tenant = args.value(flag);
+        } else if (flag == "--audience") {
+            audience = args.value(flag);
         } else if (flag == "--allow-remote") {
             allow_remote = true;
         } else if (flag == "--public-metrics") {
@@ -283,10 +336,18 @@ int serve(Args args) {
     if (any_token && options.token) {
         usage_error("--token and --no-token are exclusive");
     }
-    check_remote_listen(options.host, options.token, allow_remote);
+    if (impersonate) {
+        options.impersonation = impersonation_rules(options, issuer_key, tenant, audience);
+    } else if (issuer_key || tenant || audience) {
+        usage_error("--issuer-key, --tenant and --audience go with --impersonate-service");
+    }
+    check_remote_listen(options.host,
+                        impersonate ? std::optional<std::string>("entra") : options.token,
+                        allow_remote);
     const auto state_fd =
         runtime::open_trusted_state_dir(options.state_dir, 0700, kEmulatorStateAdvice);
-    const bool generated_token = !options.token && !any_token;
+    // The impersonated service takes Entra ID tokens only; otherwise a token is never optional.
+    const bool generated_token = !options.token && !any_token && !impersonate;
     if (generated_token) {
         options.token = write_generated_token(state_fd.get());
     }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <filesystem>
 
+#include "entra_token.hpp"
 #include "fault_injector.hpp"
 #include "http_face.hpp"
 #include "maf_sandbox/net/http_server.hpp"
@@ -51,6 +52,11 @@ struct Emulator::Impl {
         router_options.token = options.token;
         router_options.public_metrics = options.public_metrics;
         router_options.identity = identity;
+        if (options.impersonation) {
+            router_options.entra_tokens =
+                std::make_shared<const EntraTokenCheck>(*options.impersonation);
+            identity.clear();  // no x-acas-emulator header: a client must take this for Azure
+        }
         router_options.links.host = options.host;
         router_options.links.default_page_size = options.default_page_size;
         router =

@@ -88,7 +88,9 @@ Handler with_metrics(Handler inner, std::shared_ptr<RequestMetrics> metrics,
             response = abort.partial();
             dropped = true;
         }
-        response.headers.set("x-acas-emulator", identity);
+        if (!identity.empty()) {
+            response.headers.set("x-acas-emulator", identity);
+        }
         response.headers.set("x-ms-request-id", exchange.request_id);
         response.headers.set("x-ms-client-request-id", exchange.request_id);
         const double seconds =

@@ -35,7 +35,8 @@ class RequestMetrics {
 std::string_view method_label(const std::string& method);
 
 // Counts, logs and stamps (x-acas-emulator: `identity`, x-ms-request-id, x-ms-client-request-id)
-// every answer of `inner`.
+// every answer of `inner`; an empty `identity` sends no x-acas-emulator header (the emulator
+// impersonating the service).
 Handler with_metrics(Handler inner, std::shared_ptr<RequestMetrics> metrics,
                      std::shared_ptr<spdlog::logger> logger, std::string identity);
 

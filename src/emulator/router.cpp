@@ -7,6 +7,7 @@
 #include <cctype>
 
 #include "bearer_token.hpp"
+#include "entra_token.hpp"
 #include "maf_sandbox/emulator/emulator.hpp"
 #include "unsupported_routes.hpp"
 #include "wire_format.hpp"
@@ -38,6 +39,12 @@ void Router::listening(std::string scheme, std::uint16_t port) {
 
 Task<HttpResponse> Router::handle(const Exchange& exchange) {
     const auto& request = exchange.request;
+    const bool own_route = exchange.route.endpoint == Endpoint::healthz ||
+                           exchange.route.endpoint == Endpoint::metrics ||
+                           exchange.route.endpoint == Endpoint::admin_faults;
+    if (own_route && options_.entra_tokens) {
+        throw no_such_route();  // the real service has none of them
+    }
     switch (exchange.route.endpoint) {
         case Endpoint::invalid_target:
             throw Refusal{400, "BadRequest", "The request target is not a valid path."};
@@ -89,7 +96,13 @@ HttpResponse Router::admin_faults(const HttpRequest& request) {
 Task<HttpResponse> Router::data_plane(const Exchange& exchange) {
     const auto& request = exchange.request;
     const auto& route = exchange.route;
-    if (!bearer_authorized(request.headers.get("authorization"), options_.token)) {
+    if (options_.entra_tokens) {
+        if (const auto why = options_.entra_tokens->refusal(request.headers.get("authorization"),
+                                                            std::chrono::system_clock::now())) {
+            throw Refusal{401, "InvalidAuthenticationToken",
+                          fmt::format("The access token is invalid: {}.", *why)};
+        }
+    } else if (!bearer_authorized(request.headers.get("authorization"), options_.token)) {
         throw Refusal{401, "Unauthorized",
                       "A valid bearer token for https://dynamicsessions.io is required."};
     }

@@ -18,10 +18,15 @@
 
 namespace maf_sandbox::emulator {
 
+class EntraTokenCheck;
+
 struct RouterOptions {
     std::optional<std::string> token;  // the bearer token every client must send
     bool public_metrics = false;       // /metrics without the token
     std::string identity;              // what /healthz reports
+    // Set when impersonating the service: the data plane lets in only the tokens it accepts, and
+    // the emulator's own routes answer as unknown ones.
+    std::shared_ptr<const EntraTokenCheck> entra_tokens;
     ListingLinks links;
 };
 

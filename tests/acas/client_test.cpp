@@ -167,6 +167,26 @@ TEST(AcasClient, A401IsNeverRetried) {
     EXPECT_EQ(fake.requests().size(), 1u);
 }
 
+TEST(AcasClient, A401QuotesTheServicesReasonButNoLongWordItEchoes) {
+    const std::string echoed(120, 'e');
+    Fake fake([&](const net::HttpRequest&, int) {
+        return answer(401, R"({"title":"InvalidAuthenticationToken","detail":"The access token )"
+                           R"(has expired. Token: )" +
+                               echoed + R"("})");
+    });
+    boost::asio::io_context io;
+    AcasClient client(io.get_executor(), fake.options());
+    try {
+        drive(io, client.get_sandbox("sb-1", deadline_after(Seconds{10})));
+        FAIL() << "a 401 must throw";
+    } catch (const AcasAuthorizationError& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("HTTP 401: The access token has expired."), std::string::npos)
+            << message;
+        EXPECT_EQ(message.find(echoed), std::string::npos) << message;
+    }
+}
+
 TEST(AcasClient, AnExecGettingA5xxIsNeverResent) {
     Fake fake([](const net::HttpRequest&, int) { return answer(503); });
     boost::asio::io_context io;

@@ -73,6 +73,17 @@ struct FilePlaneLimits {
     std::uint64_t in_flight_bytes = 256ull << 20;
 };
 
+// For tests only: the emulator plays the real service (acas-emulator serve --impersonate-service).
+// It then sends no identifying header, serves none of its own routes (/healthz, /metrics,
+// /admin/faults), and lets in only an Entra ID access token: RS256, signed by `issuer_key_pem`'s
+// key, for `audience`, issued in `tenant` and not expired. That is what a client in real-service
+// mode, with a credential from a stand-in identity provider, must get right end to end.
+struct ServiceImpersonation {
+    std::string issuer_key_pem;  // the stand-in Entra ID's public key (or its certificate), PEM
+    std::string tenant;          // the tenant every token must name (tid and iss)
+    std::string audience = "https://dynamicsessions.io";  // the data plane's resource
+};
+
 struct EmulatorOptions {
     std::string host = "127.0.0.1";
     std::uint16_t port = 0;
@@ -83,7 +94,8 @@ struct EmulatorOptions {
     std::optional<std::filesystem::path> tls_key;
     bool plain_http = false;           // tests of the HTTP layer only; the Azure SDKs refuse http
     std::optional<std::string> token;  // when set, only this bearer token is accepted
-    bool public_metrics = false;       // GET /metrics without a bearer token
+    std::optional<ServiceImpersonation> impersonation;  // tests only: look like the real service
+    bool public_metrics = false;                        // GET /metrics without a bearer token
     std::map<std::string, std::string> aliases;  // catalogue name -> local image ("host", ...)
     FaultOptions faults;
     std::size_t default_page_size = 100;
