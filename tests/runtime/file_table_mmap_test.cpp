@@ -13,9 +13,9 @@
 #include "maf_sandbox/runtime/kernel/file_table_exposure.hpp"
 #include "maf_sandbox/runtime/kernel/host_budgets.hpp"
 #include "polling.hpp"
-#include "security_fixture.hpp"
+#include "sandbox_fixture.hpp"
 
-namespace maf_sandbox::security {
+namespace maf_sandbox::runtime::testing {
 namespace {
 
 using namespace std::chrono_literals;
@@ -60,16 +60,17 @@ PY
 
 TEST(FileTableMmap, MappedFilesPastTheDescriptorLimitAreBoundedByTheSandboxsMemory) {
     constexpr std::uint64_t kMemory = 64ull << 20;
-    local::LocalBackendConfig config;
-    config.memory_bytes = kMemory;
-    Box box(config);
+    StateDir state;
+    auto launch = host_launch(state.path(), unique_id());
+    launch.limits.memory_bytes = kMemory;
+    ScopedSandbox box(launch);
     // Benign: a guest maps a file and reads it through the mapping.
     EXPECT_EQ(box.sh("printf mapped > /tmp/m && python3 -c \"import mmap; "
                      "f = open('/tmp/m', 'rb'); print(mmap.mmap(f.fileno(), 0, "
                      "prot=mmap.PROT_READ)[:].decode())\"")
-                  .stdout_bytes,
+                  .stdout_head,
               "mapped\n");
-    const auto nofile = std::stoull(box.sh("ulimit -n").stdout_bytes);
+    const auto nofile = std::stoull(box.sh("ulimit -n").stdout_head);
 
     const auto before = files_in_use();
     std::atomic<bool> done{false};
@@ -90,13 +91,14 @@ TEST(FileTableMmap, MappedFilesPastTheDescriptorLimitAreBoundedByTheSandboxsMemo
             }
         }
     } join{done, sampler};
-    box.sh(kMapFlood, Seconds{120.0});  // its processes may be OOM-killed: that is the bound
+    box.sh(kMapFlood,
+           std::chrono::seconds(120));  // its processes may be OOM-killed: that is the bound
     done = true;
     sampler.join();
     const std::uint64_t grew = peak - before;
 
-    const auto exposure = runtime::file_table_exposure(
-        runtime::HostBudgets{}, kMemory, runtime::read_kernel_number("/proc/sys/fs/file-max"));
+    const auto exposure =
+        file_table_exposure(HostBudgets{}, kMemory, read_kernel_number("/proc/sys/fs/file-max"));
     std::printf(
         "[ files ] a %llu MiB sandbox held %llu mapped files (descriptor limit %llu a "
         "process; exposure ceiling %llu, share %llu)\n",
@@ -110,10 +112,10 @@ TEST(FileTableMmap, MappedFilesPastTheDescriptorLimitAreBoundedByTheSandboxsMemo
     // host's other activity moves file-nr too: a margin of 20,000 files.
     EXPECT_LE(grew, exposure.held_by_memory + 20000);
     // The sandbox survives its own flood, and its files are given back.
-    EXPECT_EQ(box.sh("echo ok").stdout_bytes, "ok\n");
+    EXPECT_EQ(box.sh("echo ok").stdout_head, "ok\n");
     EXPECT_TRUE(maf_sandbox::testing::poll_until([&] { return files_in_use() < before + 20000; },
                                                  30s, 50ms));
 }
 
 }  // namespace
-}  // namespace maf_sandbox::security
+}  // namespace maf_sandbox::runtime::testing
