@@ -129,9 +129,9 @@ TEST(HostBudgets, TheKernelsNumbersAreRead) {
 TEST(HostBudgets, TheFileTableExposureSaysWhetherMemoryKeepsASandboxWithinItsShare) {
     const HostBudgets defaults;
     // Benign: a small sandbox on a host with this machine's file table is within its share.
-    const auto small = file_table_exposure(defaults, 64ull << 20, 2466170);
+    const auto small = file_table_exposure(defaults, 48ull << 20, 2466170);
     EXPECT_EQ(small.share_files, 246610u);
-    EXPECT_EQ(small.held_by_memory, (64ull << 20) / kMinBytesPerHeldFile);
+    EXPECT_EQ(small.held_by_memory, (48ull << 20) / kMinBytesPerHeldFile);
     EXPECT_TRUE(small.within_share()) << small.describe();
     // The default 1 GiB is not, and the sentence says what would fix it.
     const auto large = file_table_exposure(defaults, 1ull << 30, 2466170);
