@@ -24,6 +24,7 @@
 #include "sandbox_service.hpp"
 #include "state_store.hpp"
 #include "wire_format.hpp"
+#include "write_admission.hpp"
 
 namespace maf_sandbox::emulator {
 using net::HttpRequest;
@@ -76,6 +77,7 @@ struct Emulator::Impl {
         net::HttpServerOptions server_options;
         server_options.host = options.host;
         server_options.port = options.port;
+        server_options.admit_body = file_write_admission(options.token, service->file_budget());
         if (options.plain_http) {
             scheme = "http";
             return server_options;

@@ -71,8 +71,9 @@ Task<HttpResponse> serve_files(const RouteContext& context) {
             const bool create_dirs = truthy(context.query("createDirs"), true);
             const auto mode = mode_param(context);
             auto content = context.request().body;
+            const bool budgeted = context.request().admission != nullptr;
             co_await service.write_file(std::move(target), std::move(path), std::move(content),
-                                        create_dirs, mode);
+                                        create_dirs, mode, budgeted);
             co_return json_response(200, json::object{});
         }
         case Endpoint::files_delete: {

@@ -139,8 +139,12 @@ class SandboxService : public std::enable_shared_from_this<SandboxService> {
     // The file, to be read in pieces. Never answers for a FIFO (as the service); refuses 503
     // when the emulator shuts down, 429 when the file plane's in-flight budget stays full.
     Task<std::unique_ptr<FileStream>> read_file(FileTarget target, std::string path);
+    // `budgeted`: the content's bytes were already taken from file_budget() for this request
+    // (write_admission.hpp, before the server read the body), and are not taken again.
     Task<void> write_file(FileTarget target, std::string path, std::string content,
-                          bool create_dirs, std::optional<mode_t> mode);
+                          bool create_dirs, std::optional<mode_t> mode, bool budgeted = false);
+    // What the file plane's requests hold at once.
+    std::shared_ptr<ByteBudget> file_budget() const { return file_budget_; }
     Task<void> remove_path(FileTarget target, std::string path, bool recursive);
     Task<boost::json::object> stat_path(FileTarget target, std::string path);
     // The listing as JSON text; 413 ListingTooLarge past the limits' caps.

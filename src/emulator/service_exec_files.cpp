@@ -95,10 +95,13 @@ Task<std::unique_ptr<FileStream>> SandboxService::read_file(FileTarget target, s
 }
 
 Task<void> SandboxService::write_file(FileTarget target, std::string path, std::string content,
-                                      bool create_dirs, std::optional<mode_t> mode) {
-    // The body is already in memory (the server caps it); the budget bounds how many such
-    // bodies are held at once while their writes run.
-    auto hold = co_await file_budget_->take(executor_, content.size());
+                                      bool create_dirs, std::optional<mode_t> mode, bool budgeted) {
+    // The budget bounds how many bodies are held at once while their writes run. Over HTTP the
+    // server's admission took it before reading the body; a caller without HTTP takes it here.
+    ByteBudget::Hold hold;
+    if (!budgeted) {
+        hold = co_await file_budget_->take(executor_, content.size());
+    }
     auto write = [path, content = std::move(content), create_dirs, mode](FilePlane& p) {
         p.write(path, content, create_dirs, mode);
         return 0;

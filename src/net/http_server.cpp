@@ -304,6 +304,35 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
         }
     }
 
+    static bool has_body(const http::request_parser<http::string_body>& parser) {
+        const auto length = parser.content_length();
+        return length ? *length > 0 : parser.chunked();
+    }
+
+    // Asks the admission about a request whose body is still unread; the refusal to answer, if
+    // it refuses (a failing admission refuses too: the body is not read on a guess).
+    Task<std::optional<HttpResponse>> admit(const http::request_parser<http::string_body>& parser,
+                                            std::shared_ptr<void>& hold) {
+        const auto& wire = parser.get();
+        HttpRequest head;
+        head.method = std::string(wire.method_string());
+        head.target = std::string(wire.target());
+        head.headers = detail::headers_of(wire.base());
+        try {
+            const auto declared = parser.content_length();
+            const std::optional<std::uint64_t> length =
+                declared ? std::optional<std::uint64_t>(*declared) : std::nullopt;
+            auto admission = co_await options.admit_body(head, length);
+            if (admission.refusal) {
+                co_return std::move(admission.refusal);
+            }
+            hold = std::move(admission.hold);
+            co_return std::nullopt;
+        } catch (const std::exception& e) {
+            co_return problem_error(500, "InternalServerError", e.what());
+        }
+    }
+
     template <typename Stream>
     Task<void> serve(Stream& stream, beast::tcp_stream& tcp) {
         Registration registration(*this, tcp);
@@ -348,6 +377,16 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
                 ~Idle() { r.busy(false); }
             } idle{registration};
 
+            std::shared_ptr<void> admission;
+            if (options.admit_body && has_body(parser)) {
+                auto refusal = co_await admit(parser, admission);
+                if (refusal) {
+                    co_await write_response(stream, tcp, std::move(*refusal), false, false, ec);
+                    co_await drain(stream, tcp);
+                    break;
+                }
+            }
+
             tcp.expires_after(to_duration(options.read_timeout));
             co_await http::async_read(stream, buffer, parser,
                                       asio::redirect_error(asio::use_awaitable, ec));
@@ -373,6 +412,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
             request.target = std::string(wire.target());
             request.headers = detail::headers_of(wire.base());
             request.body = std::move(wire.body());
+            request.admission = std::move(admission);
 
             HttpResponse response;
             std::optional<std::string> abort_bytes;

@@ -18,6 +18,7 @@
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/emulator/emulator_process.hpp"
 #include "maf_sandbox/net/http_client.hpp"
+#include "maf_sandbox/runtime/wire/record_cgroups.hpp"
 #include "test_dirs.hpp"
 
 namespace maf_sandbox::emulator::testing {
@@ -31,7 +32,40 @@ inline const std::string kGroup =
     "group-test";
 inline const std::string kApi = "api-version=2026-02-01-preview";
 
-using TempDir = ::maf_sandbox::testing::TempDir;
+// A test's state directory. An emulator that exits leaves its sandboxes running, by design (the
+// next start reattaches to them), so a test that ends before its deletions finished, or fails
+// before it deletes, would leave them running with their directory gone. Before the directory is
+// removed, whatever runs in the cgroups of a sandbox recorded beneath it
+// (<state>/runtime/sandboxes/<id>) is killed and the cgroups removed, so no sandbox outlives the
+// test that made it.
+class TempDir : public ::maf_sandbox::testing::TempDir {
+  public:
+    ~TempDir() { end_sandboxes_beneath(path()); }
+
+    static void end_sandboxes_beneath(const std::filesystem::path& top) {
+        namespace fs = std::filesystem;
+        std::error_code ec;
+        for (fs::recursive_directory_iterator it(top, fs::directory_options::none, ec), end;
+             !ec && it != end; it.increment(ec)) {
+            if (it.depth() > 3 || !it->is_directory(ec) || it->is_symlink(ec)) {
+                it.disable_recursion_pending();
+                continue;
+            }
+            if (it->path().filename() != "sandboxes" ||
+                it->path().parent_path().filename() != "runtime") {
+                continue;
+            }
+            it.disable_recursion_pending();
+            for (const auto& sandbox : fs::directory_iterator(it->path(), ec)) {
+                try {
+                    runtime::destroy_cgroups_named_for(sandbox.path().filename().string());
+                } catch (const std::exception& e) {
+                    ADD_FAILURE() << "ending sandbox " << sandbox.path() << ": " << e.what();
+                }
+            }
+        }
+    }
+};
 
 // One acas-emulator process (the shared launcher) with the arguments every test here uses;
 // SIGTERM on destruction. Each launch logs to its own file in `state` (restart tests launch twice).

@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <thread>
 
+#include "maf_sandbox/runtime/kernel/cgroup.hpp"
 #include "maf_sandbox/runtime/kernel/kernel_files.hpp"
+#include "polling.hpp"
 
 #include "sandbox_fixture.hpp"
 
@@ -92,6 +95,40 @@ TEST(SandboxLifecycle, AnExecCgroupLeftFrozenByADeadPid1IsStillReclaimed) {
         for (const auto& cgroup : handle.cgroups) {
             EXPECT_FALSE(std::filesystem::exists(cgroup)) << cgroup;
         }
+    }
+}
+
+// A paused sandbox (its whole cgroup frozen, as the emulator's stop does) is destroyed without
+// waiting out PID 1's grace: a v1 freezer holds even SIGKILL, so the teardown thaws it first. The
+// control is the same sandbox frozen and thawed again: it starts exec'ing, proving the freeze took.
+TEST(SandboxLifecycle, DestroyingAFrozenSandboxDoesNotWaitOutPid1sGrace) {
+    StateDir state;
+    auto launch = host_launch(state.path(), unique_id());
+    ScopedSandbox sandbox(launch);
+    const SandboxHandle handle = sandbox.handle();
+    auto cgroup = SandboxCgroup::attach(handle.cgroup_layout, handle.cgroups);
+    cgroup->freeze(true);
+    cgroup->freeze(false);
+    EXPECT_EQ(sandbox.sh("echo thawed").stdout_head, "thawed\n");
+
+    cgroup->freeze(true);
+    std::atomic<bool> done{false};
+    std::thread destroyer([&] {
+        try {
+            destroy_sandbox(handle);
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << "destroy_sandbox: " << e.what();
+        }
+        done = true;
+    });
+    // PID 1's grace is 5 s; well under it, however loaded the machine.
+    EXPECT_TRUE(maf_sandbox::testing::poll_until([&] { return done.load(); },
+                                                 std::chrono::milliseconds(4000)))
+        << "destroying a frozen sandbox waited out PID 1's grace";
+    destroyer.join();
+    EXPECT_FALSE(sandbox_alive(handle));
+    for (const auto& path : handle.cgroups) {
+        EXPECT_FALSE(std::filesystem::exists(path)) << path;
     }
 }
 

@@ -1,6 +1,7 @@
 // The per-sandbox bounds on the host's shared budgets (host_budgets.hpp): the file share formula,
 // the pid budget, and the environment overrides.
 #include "maf_sandbox/runtime/kernel/host_budgets.hpp"
+#include "maf_sandbox/runtime/kernel/file_table_exposure.hpp"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -121,6 +122,29 @@ TEST(HostBudgets, TheKernelsNumbersAreRead) {
     EXPECT_GT(read_kernel_number("/proc/sys/kernel/pid_max"), 300u);
     EXPECT_GT(read_kernel_number("/proc/sys/fs/file-max"), 1000u);
     EXPECT_THROW(read_kernel_number("/proc/sys/no/such"), SystemError);
+}
+
+// Mapped-then-closed files escape RLIMIT_NOFILE; memory is their bound, and the exposure says
+// honestly whether that bound keeps a sandbox within its share of the file table.
+TEST(HostBudgets, TheFileTableExposureSaysWhetherMemoryKeepsASandboxWithinItsShare) {
+    const HostBudgets defaults;
+    // Benign: a small sandbox on a host with this machine's file table is within its share.
+    const auto small = file_table_exposure(defaults, 48ull << 20, 2466170);
+    EXPECT_EQ(small.share_files, 246610u);
+    EXPECT_EQ(small.held_by_memory, (48ull << 20) / kMinBytesPerHeldFile);
+    EXPECT_TRUE(small.within_share()) << small.describe();
+    // The default 1 GiB is not, and the sentence says what would fix it.
+    const auto large = file_table_exposure(defaults, 1ull << 30, 2466170);
+    EXPECT_FALSE(large.within_share());
+    EXPECT_NE(large.describe().find("raise fs.file-max"), std::string::npos) << large.describe();
+    EXPECT_NE(large.describe().find("60 MiB"), std::string::npos) << large.describe();
+    // No memory limit: nothing bounds them.
+    EXPECT_FALSE(file_table_exposure(defaults, 0, 2466170).within_share());
+    // systemd's fs.file-max (LONG_MAX): the table cannot be filled, memory is the bound.
+    const auto systemd = file_table_exposure(defaults, 1ull << 30, 9223372036854775807ull);
+    EXPECT_TRUE(systemd.table_unbounded());
+    EXPECT_TRUE(systemd.within_share());
+    EXPECT_NE(systemd.describe().find("unbounded"), std::string::npos) << systemd.describe();
 }
 
 }  // namespace

@@ -44,6 +44,9 @@ struct HttpRequest {
     std::string target;
     HttpHeaders headers;
     std::string body;
+    // Server side only: what the server's body admission (HttpServerOptions::admit_body) took for
+    // this request before its body was read, kept for as long as the request is.
+    std::shared_ptr<void> admission = nullptr;
 };
 
 // A response body produced piece by piece, for a body too large to hold in memory at once: the

@@ -36,12 +36,28 @@ class AbortConnection : public std::exception {
     HttpResponse partial_;
 };
 
+// A server's answer to a request whose head has arrived and whose body has not been read yet.
+struct BodyAdmission {
+    // Answered at once, with Connection: close; the body is never read into memory.
+    std::optional<HttpResponse> refusal;
+    // Whatever the admission took for the request (a share of a budget), handed on in
+    // HttpRequest::admission so that it lasts as long as the request's body does.
+    std::shared_ptr<void> hold;
+};
+
+// `head` is the request without its body; `content_length` the length its head declares, or
+// nullopt for a chunked body (whose size is known only once it has been read).
+using BodyAdmitter = std::function<Task<BodyAdmission>(
+    const HttpRequest& head, std::optional<std::uint64_t> content_length)>;
+
 struct HttpServerOptions {
     std::string host = "127.0.0.1";
     std::uint16_t port = 0;  // 0 picks a free port; port() reports it after start()
     // Certificate chain and key; unset serves plain http.
     std::optional<PemCredentials> tls;
     std::size_t max_request_body_bytes = 64 * kMiB;
+    // Asked about every request that has a body, before the body is read; unset admits all.
+    BodyAdmitter admit_body;
     // How long a kept-alive connection may wait for its next request, and how long one request
     // may take to arrive once it started.
     Seconds idle_timeout{60.0};

@@ -220,6 +220,16 @@ void end_pid1(pid_t pid, std::uint64_t start_time, std::string_view id,
     ::poll(&pfd, 1, static_cast<int>(timeout.count()));
 }
 
+// Thaws a sandbox that may be frozen; one that is not, or has no freezer, is left as it is (the
+// teardown's kill rounds thaw again whatever this could not).
+void thaw_before_kill(SandboxCgroup& cgroup) {
+    try {
+        cgroup.freeze(false);
+    } catch (const Error&) {
+        // No freezer, or a cgroup already gone: nothing is held frozen.
+    }
+}
+
 // Writes all of `data` to `fd`; 0 or errno.
 int write_whole(int fd, std::string_view data) {
     while (!data.empty()) {
@@ -556,9 +566,12 @@ void destroy_sandbox(const SandboxHandle& handle) {
                 path.string()));
         }
     }
+    auto cgroup = SandboxCgroup::attach(handle.cgroup_layout, handle.cgroups);
+    // A paused sandbox is thawed first: a v1 freezer holds even SIGKILL, so a frozen PID 1 would
+    // only die once the cgroup teardown thawed it, after end_pid1 had waited out its whole grace.
+    thaw_before_kill(*cgroup);
     end_pid1(handle.pid, handle.start_time, id, std::chrono::seconds(5));
     // Then everything else in its cgroups (kill_all), and the cgroups themselves.
-    auto cgroup = SandboxCgroup::attach(handle.cgroup_layout, handle.cgroups);
     cgroup->destroy();
     if (!handle.sandbox_dir.empty()) {
         // By descriptor, never following a link; a mount left inside is refused, not entered.
