@@ -1,6 +1,7 @@
 #include "maf_sandbox/net/http_server.hpp"
 
 #include <fmt/format.h>
+#include <array>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -220,6 +221,33 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
         }
     };
 
+    // A body of unknown length: one chunk per piece, written as soon as the piece is there, so
+    // the client sees each one when it happens; an empty piece is the last chunk.
+    template <typename Stream>
+    Task<void> write_chunks(Stream& stream, beast::tcp_stream& tcp, BodyStream& source,
+                            boost::system::error_code& ec) {
+        for (;;) {
+            std::string_view piece;
+            try {
+                piece = co_await source.next();
+            } catch (const std::exception&) {
+                ec = asio::error::connection_aborted;
+                co_return;
+            }
+            const auto frame =
+                piece.empty() ? std::string("0\r\n\r\n") : fmt::format("{:x}\r\n", piece.size());
+            std::array<asio::const_buffer, 3> buffers{
+                asio::buffer(frame), asio::buffer(piece.data(), piece.size()),
+                asio::buffer(piece.empty() ? std::string_view() : std::string_view("\r\n"))};
+            tcp.expires_after(to_duration(options.read_timeout));
+            co_await asio::async_write(stream, buffers,
+                                       asio::redirect_error(asio::use_awaitable, ec));
+            if (ec || piece.empty()) {
+                co_return;
+            }
+        }
+    }
+
     // A streamed body: the header with the stream's size, then its pieces as they come, so the
     // server holds one piece at a time. A short or failing stream drops the connection.
     template <typename Stream>
@@ -230,13 +258,21 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
         wire.version(11);
         wire.result(static_cast<unsigned>(response.status));
         detail::copy_headers(response.headers, wire);
-        wire.content_length(source->size());
+        if (source->chunked()) {
+            wire.chunked(true);
+        } else {
+            wire.content_length(source->size());
+        }
         wire.keep_alive(keep_alive);
         tcp.expires_after(to_duration(options.read_timeout));
         http::response_serializer<http::empty_body> serializer(wire);
         co_await http::async_write_header(stream, serializer,
                                           asio::redirect_error(asio::use_awaitable, ec));
         if (ec || head) {
+            co_return;
+        }
+        if (source->chunked()) {
+            co_await write_chunks(stream, tcp, *source, ec);
             co_return;
         }
         std::uint64_t left = source->size();
