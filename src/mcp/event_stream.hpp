@@ -19,6 +19,8 @@ namespace maf_sandbox::mcp::detail {
 // Whether an Accept header lists text/event-stream (or text/*, or */*) without q=0.
 bool accepts_event_stream(const std::optional<std::string>& accept);
 
+// The response that carries it sets `Transfer-Encoding: chunked`, which makes the HTTP server
+// send each event as one chunk as soon as it is there (size() is then ignored).
 class EventStream : public net::BodyStream {
   public:
     // Notifications beyond `max_held_bytes` not yet taken by the client are dropped (a client
@@ -26,7 +28,6 @@ class EventStream : public net::BodyStream {
     EventStream(boost::asio::any_io_executor executor, std::size_t max_held_bytes);
 
     std::uint64_t size() const override { return 0; }
-    bool chunked() const override { return true; }
     boost::asio::awaitable<std::string_view> next() override;
 
     // A notification, as one `message` event.

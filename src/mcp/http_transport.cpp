@@ -297,6 +297,7 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
         response.status = 200;
         response.headers.set("Content-Type", "text/event-stream");
         response.headers.set("Cache-Control", "no-cache");
+        response.headers.set("Transfer-Encoding", "chunked");
         response.headers.set(kSessionHeader, session->id());
         response.body_stream = std::move(events);
         co_return response;

@@ -51,6 +51,11 @@ HttpResponse problem_error(int status, std::string_view title, std::string_view 
     return response;
 }
 
+bool is_chunked(const HttpHeaders& headers) {
+    const auto coding = headers.get("Transfer-Encoding");
+    return coding && iequals(*coding, "chunked");
+}
+
 HttpResponse body_too_large(std::size_t limit) {
     return problem_error(413, "PayloadTooLarge",
                          fmt::format("The request body is over {} bytes; send less.", limit));
@@ -257,8 +262,13 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
         http::response<http::empty_body> wire;
         wire.version(11);
         wire.result(static_cast<unsigned>(response.status));
+        // A handler that sets `Transfer-Encoding: chunked` with a body stream sends a body of
+        // unknown length (an event stream): size() is ignored, each piece goes out as one chunk as
+        // soon as next() returns it, and an empty piece ends the body.
+        const bool chunked = is_chunked(response.headers);
+        response.headers.remove("Transfer-Encoding");
         detail::copy_headers(response.headers, wire);
-        if (source->chunked()) {
+        if (chunked) {
             wire.chunked(true);
         } else {
             wire.content_length(source->size());
@@ -271,7 +281,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
         if (ec || head) {
             co_return;
         }
-        if (source->chunked()) {
+        if (chunked) {
             co_await write_chunks(stream, tcp, *source, ec);
             co_return;
         }

@@ -55,10 +55,6 @@ class BodyStream {
     virtual ~BodyStream() = default;
     virtual std::uint64_t size() const = 0;
     virtual boost::asio::awaitable<std::string_view> next() = 0;
-    // True for a body whose length nobody knows beforehand (an event stream): size() is ignored,
-    // the body goes out with chunked transfer coding, each piece as one chunk as soon as next()
-    // returns it, and an empty piece ends it.
-    virtual bool chunked() const { return false; }
 };
 
 struct HttpResponse {
