@@ -6,7 +6,7 @@
 //            (every line, in order, the arrivals spread over the run, not bunched at its end);
 // long:      a 70-second job completes under the SDK's 60 s request timeout because progress
 //            resets it, while the same job without the reset fails at 60 s (both run at once);
-// heartbeat: a silent 12-second job completes under an 8 s timeout that progress resets: the
+// heartbeat: a silent 14-second job completes under an 8 s timeout that progress resets: the
 //            heartbeats alone keep it alive (the ACAS backend, which does not stream, sends only
 //            them).
 // Over http the calls are answered as server-sent events (the SDK asks for them). `both` runs
@@ -107,7 +107,7 @@ async function long(client, label) {
 }
 
 async function heartbeat(client, label) {
-    const { result, seen, elapsed } = await callRecording(client, 'run_shell', { command: 'sleep 12; echo awake' },
+    const { result, seen, elapsed } = await callRecording(client, 'run_shell', { command: 'sleep 14; echo awake' },
         { timeout: 8000, resetTimeoutOnProgress: true });
     assert.equal(result.isError, false, textOf(result));
     assert.equal(result.structuredContent.stdout, 'awake\n');
