@@ -153,7 +153,8 @@ struct CodeActTool::Impl {
     }
 
     Task<void> run(detail::CallSite& site, ToolResult& result, std::string code,
-                   std::vector<std::string> names, ProgressReporter progress) {
+                   std::vector<std::string> names, ProgressReporter progress,
+                   OutputObserver output) {
         if (progress) {
             progress(1.0, 4.0, "copying the program and input files in");
         }
@@ -184,7 +185,8 @@ struct CodeActTool::Impl {
         const auto program_path = join_guest_path(site.call_path, kProgramFileName);
         // Built outside the co_await: g++ 12 cannot carry an initializer_list across a suspension.
         Argv argv{kInterpreter, program_path};
-        if (!co_await detail::run_program(binding, site, std::move(argv), result)) {
+        if (!co_await detail::run_program(binding, site, std::move(argv), result,
+                                          std::move(output))) {
             co_return;
         }
         if (config.outputs.empty() || result.program->exit_code != 0) {
@@ -286,8 +288,9 @@ Task<ToolResult> CodeActTool::execute_code(CallerContext caller, CodeActArgument
     }
     auto* impl = impl_.get();
     detail::CallBody body = [impl, code = std::move(arguments.code), names = std::move(names),
-                             progress](detail::CallSite& site, ToolResult& result) {
-        return impl->run(site, result, code, names, progress);
+                             progress,
+                             output = caller.output](detail::CallSite& site, ToolResult& result) {
+        return impl->run(site, result, code, names, progress, output);
     };
     co_return co_await detail::run_in_call_directory(impl_->binding, std::move(*key),
                                                      std::move(body), progress, caller.allowance);

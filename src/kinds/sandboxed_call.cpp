@@ -124,6 +124,20 @@ Task<void> clean_up(const KindBinding& binding, const CallSite& site, bool was_c
     }
 }
 
+// Streams only where the backend says it does: elsewhere exec answers once, at the end, and the
+// host keeps its clients alive by other means.
+bool streams_to(const KindBinding& binding, const OutputObserver& output) {
+    const auto& backend = binding.router->backend();
+    return output && backend && backend->declarations().declares(Capability::streaming_exec);
+}
+
+ExecSink observer_sink(OutputObserver output) {
+    return [output = std::move(output)](ExecChunk chunk) -> Task<void> {
+        output(chunk.stream, chunk.bytes);
+        co_return;
+    };
+}
+
 }  // namespace
 
 std::string bounded_echo(std::string_view text) {
@@ -245,7 +259,7 @@ Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey ke
 }
 
 Task<bool> run_program(const KindBinding& binding, CallSite& site, Command command,
-                       ToolResult& result) {
+                       ToolResult& result, OutputObserver output) {
     ExecRequest request;
     request.command = std::move(command);
     request.working_directory = site.call_path;
@@ -253,7 +267,13 @@ Task<bool> run_program(const KindBinding& binding, CallSite& site, Command comma
     request.max_output_bytes = binding.max_output_bytes;
     std::exception_ptr error;
     try {
-        auto outcome = co_await site.sandbox->exec(std::move(request));
+        ExecResult outcome;
+        if (streams_to(binding, output)) {
+            outcome = co_await site.sandbox->exec_stream(std::move(request),
+                                                         observer_sink(std::move(output)));
+        } else {
+            outcome = co_await site.sandbox->exec(std::move(request));
+        }
         result.program =
             ProgramOutput{outcome.stdout_text(), outcome.stderr_text(), outcome.exit_code};
         co_return true;

@@ -69,8 +69,9 @@ Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey ke
 // Runs one program in the call directory with the binding's timeout and output cap and fills
 // `result`: the program's own streams and exit code, or a fixed sentence for a timeout, an
 // over-cap output (head shown, dropped bytes counted) or a sandbox failure. Returns true when
-// the program ran to completion (whatever its exit code).
+// the program ran to completion (whatever its exit code). With an `output` observer and a
+// backend that declares streaming_exec, the program's output also reaches it as it is written.
 Task<bool> run_program(const KindBinding& binding, CallSite& site, Command command,
-                       ToolResult& result);
+                       ToolResult& result, OutputObserver output = {});
 
 }  // namespace maf_sandbox::kinds::detail

@@ -17,7 +17,7 @@ struct ShellTool::Impl {
     ShellConfig config;
 
     Task<void> run(detail::CallSite& site, ToolResult& result, std::string command,
-                   ProgressReporter progress) {
+                   ProgressReporter progress, OutputObserver output) {
         if (progress) {
             progress(1.0, 4.0, "creating the call directory");
         }
@@ -43,7 +43,7 @@ struct ShellTool::Impl {
         if (progress) {
             progress(2.0, 4.0, "running the command");
         }
-        co_await detail::run_program(binding, site, std::move(command), result);
+        co_await detail::run_program(binding, site, std::move(command), result, std::move(output));
     }
 };
 
@@ -86,9 +86,9 @@ Task<ToolResult> ShellTool::run_shell(CallerContext caller, std::string command,
                                  "The command is empty; pass a POSIX shell command line.");
     }
     auto* impl = impl_.get();
-    detail::CallBody body = [impl, command = std::move(command), progress](detail::CallSite& site,
-                                                                           ToolResult& result) {
-        return impl->run(site, result, command, progress);
+    detail::CallBody body = [impl, command = std::move(command), progress, output = caller.output](
+                                detail::CallSite& site, ToolResult& result) {
+        return impl->run(site, result, command, progress, output);
     };
     co_return co_await detail::run_in_call_directory(impl_->binding, std::move(*key),
                                                      std::move(body), progress, caller.allowance);

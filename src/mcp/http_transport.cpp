@@ -3,11 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <map>
 #include <optional>
 
+#include "event_stream.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/mcp/http_guard.hpp"
 #include "maf_sandbox/net/http_server.hpp"
@@ -21,6 +25,13 @@ using net::HttpResponse;
 
 constexpr const char* kSessionHeader = "Mcp-Session-Id";
 constexpr const char* kVersionHeader = "MCP-Protocol-Version";
+// Progress a slow reader has not taken yet, per event stream, before newer progress is dropped.
+constexpr std::size_t kMaxHeldEventBytes = 1024 * 1024;
+
+std::string cancelled_answer(const json::value& id) {
+    json::object error{{"code", -32800}, {"message", "Request cancelled"}};
+    return json::serialize(json::object{{"jsonrpc", "2.0"}, {"id", id}, {"error", error}});
+}
 
 HttpResponse json_response(int status, std::string body) {
     HttpResponse response;
@@ -51,6 +62,19 @@ std::size_t field_count(const net::HttpHeaders& headers, std::string_view name) 
         count += net::iequals(key, name) ? 1 : 0;
     }
     return count;
+}
+
+// A tools/call whose request carries `_meta.progressToken`: its notifications are worth a stream.
+// Any other request is answered with plain JSON, which every client reads.
+bool asks_for_progress(const json::object& message) {
+    const auto* method = message.if_contains("method");
+    const auto* params = message.if_contains("params");
+    if (!message.contains("id") || method == nullptr || !method->is_string() ||
+        method->get_string() != "tools/call" || params == nullptr || !params->is_object()) {
+        return false;
+    }
+    const auto* meta = params->get_object().if_contains("_meta");
+    return meta != nullptr && meta->is_object() && meta->get_object().contains("progressToken");
 }
 
 HttpResponse unauthorized() {
@@ -219,6 +243,10 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
             session = it->second.session;
         }
 
+        if (!fresh && asks_for_progress(*object) &&
+            detail::accepts_event_stream(request.headers.get("Accept"))) {
+            co_return co_await answer_as_events(session, std::move(request.body), object->at("id"));
+        }
         std::optional<Busy> busy;
         if (!fresh) {
             busy.emplace(*this, session->id());
@@ -247,12 +275,55 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
             response = json_response(200, std::move(*reply));
         } else if (is_request) {
             // The request was cancelled: the protocol sends no result, HTTP still needs an answer.
-            response = rpc_error(200, -32800, "Request cancelled", object->at("id"));
+            response = json_response(200, cancelled_answer(object->at("id")));
         } else {
             response.status = 202;
         }
         response.headers.set(kSessionHeader, session->id());
         co_return response;
+    }
+
+    // A tools/call answered as server-sent events: the response starts at once and the call runs
+    // beside it, its progress notifications events as they happen, its answer the last event.
+    Task<HttpResponse> answer_as_events(std::shared_ptr<McpSession> session, std::string body,
+                                        json::value id) {
+        auto executor = co_await boost::asio::this_coro::executor;
+        auto events = std::make_shared<detail::EventStream>(executor, kMaxHeldEventBytes);
+        boost::asio::co_spawn(
+            executor,
+            run_for_events(shared_from_this(), session, std::move(body), std::move(id), events),
+            boost::asio::detached);
+        HttpResponse response;
+        response.status = 200;
+        response.headers.set("Content-Type", "text/event-stream");
+        response.headers.set("Cache-Control", "no-cache");
+        response.headers.set("Transfer-Encoding", "chunked");
+        response.headers.set(kSessionHeader, session->id());
+        response.body_stream = std::move(events);
+        co_return response;
+    }
+
+    // A client that disconnects does not cancel its call (the protocol says so; it cancels with
+    // notifications/cancelled): the call runs on, and what it sends goes nowhere.
+    static Task<void> run_for_events(std::shared_ptr<Impl> self,
+                                     std::shared_ptr<McpSession> session, std::string body,
+                                     json::value id, std::weak_ptr<detail::EventStream> events) {
+        Busy busy(*self, session->id());
+        auto related = [events](std::string message) {
+            if (auto stream = events.lock()) {
+                stream->notify(std::move(message));
+            }
+        };
+        std::string answer;
+        try {
+            auto reply = co_await session->handle(std::move(body), related);
+            answer = reply ? std::move(*reply) : cancelled_answer(id);
+        } catch (...) {
+            answer = cancelled_answer(id);
+        }
+        if (auto stream = events.lock()) {
+            stream->respond(std::move(answer));
+        }
     }
 
     Task<HttpResponse> end_session(const HttpRequest& request) {

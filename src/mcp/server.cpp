@@ -20,6 +20,7 @@
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/random_id.hpp"
 #include "maf_sandbox/kinds/sandbox_allowance.hpp"
+#include "progress.hpp"
 #include "tools.hpp"
 
 namespace maf_sandbox::mcp {
@@ -137,44 +138,55 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
     // the race and cancels the tool, which still runs its cleanup.
     std::map<std::string, std::shared_ptr<asio::steady_timer>> in_flight;
 
-    void notify(json::object notification) const {
-        if (sink) {
+    // A notification about one request goes where that request's answer goes (its HTTP
+    // response stream), else to the session's sink.
+    void notify(json::object notification, const MessageSink& related) const {
+        const auto& target = related ? related : sink;
+        if (target) {
             notification["jsonrpc"] = "2.0";
-            sink(json::serialize(notification));
+            target(json::serialize(notification));
         }
     }
 
-    kinds::ProgressReporter progress_for(const json::object& params) {
+    // The call's progress notifications, when its request carries a progress token.
+    std::shared_ptr<detail::ProgressPump> progress_for(const json::object& params,
+                                                       MessageSink related) {
         const auto* meta = params.if_contains("_meta");
         if (meta == nullptr || !meta->is_object()) {
-            return {};
+            return nullptr;
         }
         const auto* token = meta->get_object().if_contains("progressToken");
         if (token == nullptr || !valid_id(*token)) {
-            return {};
+            return nullptr;
         }
-        auto last = std::make_shared<double>(-1.0);
-        return [weak = weak_from_this(), token = *token, last](
-                   double progress, std::optional<double> total, std::string message) {
+        auto send = [weak = weak_from_this(), token = *token, related = std::move(related)](
+                        double progress, std::string message) {
             auto self = weak.lock();
-            // Progress must increase with every notification.
-            if (!self || progress <= *last) {
+            if (!self) {
                 return;
             }
-            *last = progress;
-            json::object params{{"progressToken", token}, {"progress", progress}};
-            if (total) {
-                params["total"] = *total;
-            }
-            params["message"] = std::move(message);
+            json::object params{
+                {"progressToken", token}, {"progress", progress}, {"message", std::move(message)}};
             self->notify(
-                json::object{{"method", "notifications/progress"}, {"params", std::move(params)}});
+                json::object{{"method", "notifications/progress"}, {"params", std::move(params)}},
+                related);
         };
+        const auto& config = server->config;
+        return std::make_shared<detail::ProgressPump>(
+            std::move(send),
+            detail::ProgressLimits{config.progress_interval, config.progress_heartbeat,
+                                   config.progress_message_bytes});
     }
 
-    kinds::CallerContext caller() const {
-        return kinds::CallerContext{server->config.scope, key_thread(), server->config.agent_dir,
-                                    allowance};
+    kinds::CallerContext caller(const std::shared_ptr<detail::ProgressPump>& pump) const {
+        kinds::CallerContext context{
+            server->config.scope, key_thread(), server->config.agent_dir, allowance, {}};
+        if (pump) {
+            context.output = [pump](ExecStreamName stream, std::string_view bytes) {
+                pump->output(stream, bytes);
+            };
+        }
+        return context;
     }
 
     const std::string& key_thread() const {
@@ -183,19 +195,25 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
 
     // Runs one tool; never throws except cancellation.
     Task<json::object> run_tool(std::string name, json::value arguments,
-                                kinds::ProgressReporter progress) {
+                                std::shared_ptr<detail::ProgressPump> pump) {
+        kinds::ProgressReporter progress;
+        if (pump) {
+            progress = [pump](double, std::optional<double>, std::string message) {
+                pump->stage(message);
+            };
+        }
         std::exception_ptr error;
         try {
             if (name == kinds::kCodeActToolName) {
                 auto parsed = detail::parse_execute_code(&arguments);
                 auto result = co_await server->codeact->execute_code(
-                    caller(), std::move(std::get<kinds::CodeActArguments>(parsed)),
+                    caller(pump), std::move(std::get<kinds::CodeActArguments>(parsed)),
                     std::move(progress));
                 co_return detail::call_result(result, version);
             }
             auto command = detail::parse_run_shell(&arguments);
             auto result = co_await server->shell->run_shell(
-                caller(), std::move(std::get<std::string>(command)), std::move(progress));
+                caller(pump), std::move(std::get<std::string>(command)), std::move(progress));
             co_return detail::call_result(result, version);
         } catch (...) {
             error = std::current_exception();
@@ -208,7 +226,8 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
         co_return detail::server_failure_result(kServerFailure);
     }
 
-    Task<std::optional<std::string>> call_tool(json::value request_id, json::object params) {
+    Task<std::optional<std::string>> call_tool(json::value request_id, json::object params,
+                                               MessageSink related) {
         const auto* name = params.if_contains("name");
         if (name == nullptr || !name->is_string()) {
             co_return error_response(request_id, kInvalidParams,
@@ -248,11 +267,23 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
             std::make_shared<asio::steady_timer>(executor, asio::steady_timer::time_point::max());
         in_flight[key] = trigger;
         auto self = shared_from_this();
-        auto call = run_tool(tool, std::move(arguments), progress_for(params));
+        auto pump = progress_for(params, std::move(related));
+        auto call = run_tool(tool, std::move(arguments), pump);
         auto cancelled = trigger->async_wait(asio::as_tuple(asio::use_awaitable));
-        auto outcome = co_await (std::move(call) || std::move(cancelled));
+        std::variant<json::object, std::tuple<boost::system::error_code>, std::monostate> outcome;
+        if (pump) {
+            // The pump never ends by itself: it stops when the call (or its cancellation) does.
+            outcome = co_await (std::move(call) || std::move(cancelled) || pump->run());
+        } else {
+            auto plain = co_await (std::move(call) || std::move(cancelled));
+            if (plain.index() == 0) {
+                outcome = std::move(std::get<0>(plain));
+            } else {
+                outcome = std::move(std::get<1>(plain));
+            }
+        }
         in_flight.erase(key);
-        if (outcome.index() == 1) {
+        if (outcome.index() != 0) {
             server->log->info("session {}: request {} was cancelled and cleaned up", id, key);
             co_return std::nullopt;
         }
@@ -260,7 +291,7 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
     }
 
     Task<std::optional<std::string>> request(json::value request_id, std::string method,
-                                             json::object params) {
+                                             json::object params, MessageSink related) {
         if (closed) {
             co_return error_response(request_id, kInvalidRequest,
                                      "this MCP session has ended; start a new session");
@@ -290,7 +321,8 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
             co_return response(request_id, server->tools_list(effective_version()));
         }
         if (method == "tools/call") {
-            co_return co_await call_tool(std::move(request_id), std::move(params));
+            co_return co_await call_tool(std::move(request_id), std::move(params),
+                                         std::move(related));
         }
         co_return error_response(request_id, kMethodNotFound,
                                  fmt::format("Method not found: {}", method.substr(0, 120)));
@@ -316,7 +348,7 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
         // Other notifications carry nothing this server acts on.
     }
 
-    Task<std::optional<std::string>> handle(std::string text) {
+    Task<std::optional<std::string>> handle(std::string text, MessageSink related) {
         auto self = shared_from_this();
         boost::system::error_code parse_error;
         auto message = json::parse(text, parse_error);
@@ -371,7 +403,7 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
         }
         std::exception_ptr error;
         try {
-            co_return co_await request(id, std::move(name), std::move(params));
+            co_return co_await request(id, std::move(name), std::move(params), std::move(related));
         } catch (...) {
             error = std::current_exception();
         }
@@ -449,9 +481,9 @@ void McpSession::set_message_sink(MessageSink sink) {
     impl_->sink = std::move(sink);
 }
 
-Task<std::optional<std::string>> McpSession::handle(std::string text) {
+Task<std::optional<std::string>> McpSession::handle(std::string text, MessageSink related) {
     auto impl = impl_;
-    co_return co_await impl->handle(std::move(text));
+    co_return co_await impl->handle(std::move(text), std::move(related));
 }
 
 Task<void> McpSession::close() {
@@ -473,6 +505,13 @@ McpServer::McpServer(McpServerConfig config, std::shared_ptr<SandboxRouter> rout
     if (impl_->config.max_session_sandboxes == 0) {
         throw InvalidArgument(
             "max_session_sandboxes is 0, so no tool call could run; give at least 1");
+    }
+    const auto& limits = impl_->config;
+    if (limits.progress_interval.count() <= 0 || limits.progress_heartbeat.count() <= 0 ||
+        limits.progress_message_bytes < 128) {
+        throw InvalidArgument(
+            "the progress interval and heartbeat must be positive and progress_message_bytes at "
+            "least 128");
     }
 }
 

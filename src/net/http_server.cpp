@@ -1,6 +1,7 @@
 #include "maf_sandbox/net/http_server.hpp"
 
 #include <fmt/format.h>
+#include <array>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -48,6 +49,11 @@ HttpResponse problem_error(int status, std::string_view title, std::string_view 
     response.body = boost::json::serialize(boost::json::object{
         {"title", title}, {"status", status}, {"detail", replace_invalid_utf8(detail)}});
     return response;
+}
+
+bool is_chunked(const HttpHeaders& headers) {
+    const auto coding = headers.get("Transfer-Encoding");
+    return coding && iequals(*coding, "chunked");
 }
 
 HttpResponse body_too_large(std::size_t limit) {
@@ -220,6 +226,33 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
         }
     };
 
+    // A body of unknown length: one chunk per piece, written as soon as the piece is there, so
+    // the client sees each one when it happens; an empty piece is the last chunk.
+    template <typename Stream>
+    Task<void> write_chunks(Stream& stream, beast::tcp_stream& tcp, BodyStream& source,
+                            boost::system::error_code& ec) {
+        for (;;) {
+            std::string_view piece;
+            try {
+                piece = co_await source.next();
+            } catch (const std::exception&) {
+                ec = asio::error::connection_aborted;
+                co_return;
+            }
+            const auto frame =
+                piece.empty() ? std::string("0\r\n\r\n") : fmt::format("{:x}\r\n", piece.size());
+            std::array<asio::const_buffer, 3> buffers{
+                asio::buffer(frame), asio::buffer(piece.data(), piece.size()),
+                asio::buffer(piece.empty() ? std::string_view() : std::string_view("\r\n"))};
+            tcp.expires_after(to_duration(options.read_timeout));
+            co_await asio::async_write(stream, buffers,
+                                       asio::redirect_error(asio::use_awaitable, ec));
+            if (ec || piece.empty()) {
+                co_return;
+            }
+        }
+    }
+
     // A streamed body: the header with the stream's size, then its pieces as they come, so the
     // server holds one piece at a time. A short or failing stream drops the connection.
     template <typename Stream>
@@ -229,14 +262,27 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
         http::response<http::empty_body> wire;
         wire.version(11);
         wire.result(static_cast<unsigned>(response.status));
+        // A handler that sets `Transfer-Encoding: chunked` with a body stream sends a body of
+        // unknown length (an event stream): size() is ignored, each piece goes out as one chunk as
+        // soon as next() returns it, and an empty piece ends the body.
+        const bool chunked = is_chunked(response.headers);
+        response.headers.remove("Transfer-Encoding");
         detail::copy_headers(response.headers, wire);
-        wire.content_length(source->size());
+        if (chunked) {
+            wire.chunked(true);
+        } else {
+            wire.content_length(source->size());
+        }
         wire.keep_alive(keep_alive);
         tcp.expires_after(to_duration(options.read_timeout));
         http::response_serializer<http::empty_body> serializer(wire);
         co_await http::async_write_header(stream, serializer,
                                           asio::redirect_error(asio::use_awaitable, ec));
         if (ec || head) {
+            co_return;
+        }
+        if (chunked) {
+            co_await write_chunks(stream, tcp, *source, ec);
             co_return;
         }
         std::uint64_t left = source->size();

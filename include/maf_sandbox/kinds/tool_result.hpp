@@ -8,13 +8,20 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "maf_sandbox/core/types.hpp"
 #include "maf_sandbox/core/vocabulary.hpp"
 
 namespace maf_sandbox::kinds {
 
 class SandboxAllowance;
+
+// The program's output as it is produced, for hosts that show it live (MCP progress). Called on
+// the call's executor, one piece at a time; it must not block (the program waits while it runs).
+// A piece is no line: it may end mid-line or mid-character.
+using OutputObserver = std::function<void(ExecStreamName stream, std::string_view bytes)>;
 
 // Who is calling, read from the host's request context for every call. Tool arguments never
 // reach it, so no model input can choose or change a sandbox key.
@@ -26,6 +33,9 @@ struct CallerContext {
     // How many sandboxes this caller may hold (sandbox_allowance.hpp); unset: no cap. A call that
     // would go over it is refused before anything is acquired.
     std::shared_ptr<SandboxAllowance> allowance;
+    // Where the program's output goes while it runs; only a backend that declares streaming_exec
+    // delivers it (the others answer at the end, and the result carries the output either way).
+    OutputObserver output;
 };
 
 // Lets the host classify a result: which backend ran it, at which rung, with which egress.

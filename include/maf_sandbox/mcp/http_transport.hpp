@@ -1,7 +1,9 @@
 // The MCP streamable HTTP transport at `/mcp` over the net layer's HttpServer: POST carries one
-// JSON-RPC message (a request is answered with application/json, or with text/event-stream when the
-// client accepts it and asked for progress), the Mcp-Session-Id header names the session created by
-// initialize, DELETE ends a session and disposes its sandboxes, GET is not offered (405).
+// JSON-RPC message. A request is answered with application/json, except a tools/call that carries
+// a progress token from a client that accepts text/event-stream: that one is answered as
+// server-sent events (its progress notifications as they happen, then its response, then the end
+// of the body). The Mcp-Session-Id header names the session created by initialize, DELETE ends a
+// session and disposes its sandboxes, GET is not offered (405).
 //
 // Every request to /mcp is checked, in this order (http_guard.hpp): the Host header (403 unless a
 // loopback host, or with allow_remote an IP literal, with the server's port), the Origin header

@@ -8,6 +8,7 @@
 // argument can set or change it. Closing a session disposes its sandboxes.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -55,9 +56,17 @@ struct McpServerConfig {
     // How many sandboxes one session may hold at once; a tool call beyond it is refused with a
     // tool error (isError) and runs nothing. At least 1.
     std::size_t max_session_sandboxes = kDefaultMaxSessionSandboxes;
+    // Progress notifications of a call whose request carries `_meta.progressToken`: the call's
+    // stages at once; the program's new output lines (where the backend streams) at most once
+    // per interval, coalesced, the latest kept within progress_message_bytes; and, when nothing
+    // else was sent for progress_heartbeat, a heartbeat ("still running after N s"), so a client
+    // whose request timeout resets on progress waits for a long call on every backend.
+    std::chrono::milliseconds progress_interval{250};
+    std::chrono::milliseconds progress_heartbeat{5000};
+    std::size_t progress_message_bytes = 4096;
 };
 
-// Sends one JSON-RPC message text (a notification) to the session's client, outside any response.
+// Sends one JSON-RPC message text (a notification) to the session's client.
 using MessageSink = std::function<void(std::string message)>;
 
 class McpServer;
@@ -79,7 +88,9 @@ class McpSession {
     // response then). Malformed input is answered with a JSON-RPC error (-32700 parse error,
     // -32600 invalid request, -32601 unknown method, -32602 invalid params). Requests run
     // concurrently; notifications/cancelled cancels one in flight, which still cleans up.
-    Task<std::optional<std::string>> handle(std::string text);
+    // Notifications about this request (its progress) go to `related` when set (a transport that
+    // answers each request on its own stream), else to the session's sink.
+    Task<std::optional<std::string>> handle(std::string text, MessageSink related = {});
 
     // Cancels every call in flight, waits for them (bounded by the server's close_timeout) and
     // disposes the session's sandboxes (router dispose_scope(scope, session id)). Idempotent;
