@@ -333,6 +333,15 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
         launch.budgets ? *launch.budgets : HostBudgets::from_environment();
     const std::uint64_t pid_max = read_kernel_number("/proc/sys/kernel/pid_max");
     const bool rootless = running_rootless();
+    if (rootless) {
+        const auto controls = rootless_controls();
+        if (launch.limits.memory_bytes != 0 && !controls.memory) {
+            refuse_rootless_limit("memory", "--memory");
+        }
+        if (launch.limits.cpus != 0 && !controls.cpus) {
+            refuse_rootless_limit("CPU", "the cpus setting");
+        }
+    }
     SandboxBudgets budgets = sandbox_budgets(host_budgets, launch.limits.pids,
                                              read_kernel_number("/proc/sys/fs/file-max"), pid_max,
                                              launch.egress.mode == Egress::allowlist);
@@ -358,6 +367,7 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     std::optional<RootlessIdMap> rootless_map;
     if (rootless) {
         rootless_map = rootless_id_map(claim ? std::optional(claim->ids()) : std::nullopt);
+        rootless_map->pids = launch.limits.pids;
     }
     // With the user's own id alone, the guest is namespace root: no other id exists there.
     const uid_t guest_uid = rootless_map && rootless_map->sub_count == 0 ? 0 : launch.guest_uid;

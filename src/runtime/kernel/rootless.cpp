@@ -7,10 +7,12 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -204,6 +206,20 @@ void enter_rootless_user_namespace(const RootlessIdMap& map) {
     if (::setresgid(0, 0, 0) != 0 || ::setresuid(0, 0, 0) != 0) {
         throw SystemError(errno, "becoming root of the rootless sandbox's user namespace");
     }
+    // The pids limit without a cgroup: the kernel counts a uid's processes per user namespace,
+    // and this namespace is the sandbox's alone. Namespace root (PID 1, the exec handlers) is
+    // exempt while it holds its capabilities; guest processes, which hold none, are counted.
+    if (map.pids != 0) {
+        rlimit limit{};
+        ::getrlimit(RLIMIT_NPROC, &limit);
+        limit.rlim_max = std::min<rlim_t>(limit.rlim_max, map.pids);  // raising needs privilege
+        limit.rlim_cur = limit.rlim_max;
+        if (::setrlimit(RLIMIT_NPROC, &limit) != 0) {
+            throw SystemError(errno, fmt::format("limiting the rootless sandbox to {} processes "
+                                                 "(RLIMIT_NPROC)",
+                                                 map.pids));
+        }
+    }
 }
 
 bool own_pid_namespace_init(pid_t pid) {
@@ -234,6 +250,18 @@ bool own_pid_namespace_init(pid_t pid) {
     }
     std::fclose(status);
     return own && init;
+}
+
+RootlessControls rootless_controls() noexcept {
+    return RootlessControls{};
+}
+
+void refuse_rootless_limit(const char* control, const char* flag) {
+    throw SandboxCapabilityNotSupported(fmt::format(
+        "a {} limit cannot be enforced by a rootless sandbox on this host: it needs a cgroup, and "
+        "no cgroup is writable by this user (maf-sandbox doctor shows the cgroup check); run as "
+        "root, or leave out {} (0 means none)",
+        control, flag));
 }
 
 }  // namespace maf_sandbox::runtime

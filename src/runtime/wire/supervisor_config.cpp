@@ -146,7 +146,8 @@ json::value to_json(const SupervisorConfig& config) {
         out["rootless"] = json::object{{"uid", config.rootless->uid},
                                        {"gid", config.rootless->gid},
                                        {"sub_base", config.rootless->sub_base},
-                                       {"sub_count", config.rootless->sub_count}};
+                                       {"sub_count", config.rootless->sub_count},
+                                       {"pids", config.rootless->pids}};
     }
     return out;
 }

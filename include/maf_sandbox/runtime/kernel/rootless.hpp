@@ -36,6 +36,7 @@ struct RootlessIdMap {
     gid_t gid = 0;
     uid_t sub_base = 0;
     std::uint32_t sub_count = 0;  // 0: the user's own id alone
+    std::uint64_t pids = 0;       // RLIMIT_NPROC of the sandbox's ids (0: none)
     std::uint32_t count() const noexcept { return 1 + sub_count; }
 };
 
@@ -56,5 +57,21 @@ void enter_rootless_user_namespace(const RootlessIdMap& map);
 // rootless caller can signal is only its own processes, so the proof it needs is weaker: `pid`
 // runs as the caller's uid and is the init (pid 1) of a PID namespace below the caller's.
 bool own_pid_namespace_init(pid_t pid);
+
+// What a rootless sandbox enforces of its resource limits on this host. No cgroup is written in
+// rootless mode (this runtime's v1 layout needs root, and it does not yet use a systemd-delegated
+// v2 subtree): the process count is RLIMIT_NPROC of the guest's ids in the sandbox's own user
+// namespace; memory and CPU have no rootless control, so a launch that asks for them is refused
+// (SandboxCapabilityNotSupported naming the control and the fix), never run without them.
+struct RootlessControls {
+    bool pids = true;     // RLIMIT_NPROC, per uid within the sandbox's user namespace
+    bool memory = false;  // needs a cgroup
+    bool cpus = false;    // needs a cgroup
+};
+RootlessControls rootless_controls() noexcept;
+
+// The refusal of a rootless launch asking for `control` ("memory" or "cpus"); the message names
+// the fix.
+[[noreturn]] void refuse_rootless_limit(const char* control, const char* flag);
 
 }  // namespace maf_sandbox::runtime
