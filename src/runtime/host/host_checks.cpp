@@ -137,7 +137,8 @@ HostCheck check_cgroups(bool rootless) {
     return not_ok(
         "cgroups", CheckStatus::limited,
         fmt::format("{}; rootless mode writes no cgroup{}: memory and CPU limits are refused, the "
-                    "pids limit is RLIMIT_NPROC in the sandbox's user namespace",
+                    "pids limit is set as RLIMIT_NPROC in the sandbox's user namespace, not yet "
+                    "proven enforced",
                     version,
                     delegated.empty()
                         ? ""
