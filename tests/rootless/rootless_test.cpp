@@ -41,8 +41,10 @@ class Rootless : public ::testing::Test {
         single_ = std::make_unique<RootlessUser>(account_name("o"), false);
     }
     static void TearDownTestSuite() {
-        delegated_.reset();
+        // In reverse order of creation: each restores the account files it found, so the first
+        // made restores them last, to what they were before the battery.
         single_.reset();
+        delegated_.reset();
     }
     void TearDown() override {
         // Every test leaves nothing running: a one-shot sandbox ends with its run.
