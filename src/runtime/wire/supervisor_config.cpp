@@ -220,9 +220,9 @@ SupervisorConfig supervisor_config_from_json(const json::value& value) {
     }
     if (const auto* rootless = in.if_contains("rootless")) {
         const auto& map = rootless->as_object();
-        config.rootless =
-            RootlessIdMap{number<uid_t>(map, "uid"), number<gid_t>(map, "gid"),
-                          number<uid_t>(map, "sub_base"), number<std::uint32_t>(map, "sub_count")};
+        config.rootless = RootlessIdMap{
+            number<uid_t>(map, "uid"), number<gid_t>(map, "gid"), number<uid_t>(map, "sub_base"),
+            number<std::uint32_t>(map, "sub_count"), number<std::uint64_t>(map, "pids")};
     }
     return config;
 }
