@@ -164,6 +164,14 @@ Outcome RootlessUser::run(const std::vector<std::string>& argv, std::chrono::sec
     return run_with(argv, env, Identity{true, uid_, gid_}, home_, limit);
 }
 
+Outcome RootlessUser::run_with_state_home(const std::vector<std::string>& argv,
+                                          const fs::path& state_home) const {
+    const std::vector<std::string> env{
+        "HOME=" + home_.string(), "XDG_STATE_HOME=" + state_home.string(),
+        "PATH=/usr/local/bin:/usr/bin:/bin", "USER=" + name_, "LOGNAME=" + name_};
+    return run_with(argv, env, Identity{true, uid_, gid_}, home_, std::chrono::seconds(120));
+}
+
 std::vector<pid_t> RootlessUser::live_processes() const {
     std::vector<pid_t> pids;
     for (const auto& entry : fs::directory_iterator("/proc")) {

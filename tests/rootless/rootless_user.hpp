@@ -34,6 +34,9 @@ class RootlessUser {
     // stdout and stderr captured, killed after `limit`.
     Outcome run(const std::vector<std::string>& argv,
                 std::chrono::seconds limit = std::chrono::seconds(120)) const;
+    // The same with XDG_STATE_HOME at `state_home` instead.
+    Outcome run_with_state_home(const std::vector<std::string>& argv,
+                                const std::filesystem::path& state_home) const;
 
     // The pids of the user's processes still running (zombies left out).
     std::vector<pid_t> live_processes() const;

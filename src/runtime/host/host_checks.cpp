@@ -137,8 +137,7 @@ HostCheck check_cgroups(bool rootless) {
     return not_ok(
         "cgroups", CheckStatus::limited,
         fmt::format("{}; rootless mode writes no cgroup{}: memory and CPU limits are refused, the "
-                    "pids limit is set as RLIMIT_NPROC in the sandbox's user namespace, not yet "
-                    "proven enforced",
+                    "pids limit is RLIMIT_NPROC in the sandbox's user namespace",
                     version,
                     delegated.empty()
                         ? ""
