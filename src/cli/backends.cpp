@@ -10,6 +10,7 @@
 #include "maf_sandbox/core/in_process.hpp"
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
+#include "maf_sandbox/runtime/host/host_checks.hpp"
 
 namespace maf_sandbox::cli {
 
@@ -59,6 +60,7 @@ std::shared_ptr<maf_sandbox::SandboxBackend> make_backend(const std::string& nam
         return std::make_shared<InProcessSandboxBackend>();
     }
     if (name == kLocal) {
+        runtime::ensure_local_backend_can_start();  // doctor's explanation, not a later failure
         local::LocalBackendConfig config;
         config.egress_operator = runtime::EgressOperatorOptions::from_environment();
         return std::make_shared<local::LocalBackend>(std::move(config));
@@ -105,6 +107,7 @@ void add_backend_options(CLI::App& command, BackendOptions& options) {
 local::LocalBackendConfig local_backend_config(std::optional<std::uint64_t> memory_bytes,
                                                std::optional<std::uint64_t> pids,
                                                std::optional<std::uint64_t> disk_bytes) {
+    runtime::ensure_local_backend_can_start();  // doctor's explanation, not a later failure
     local::LocalBackendConfig config;
     config.memory_bytes = memory_bytes.value_or(config.memory_bytes);
     config.pids = pids.value_or(config.pids);

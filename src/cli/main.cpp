@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli.hpp"
+#include "doctor_command.hpp"
 #include "interrupt.hpp"
 #include "maf_sandbox/core/errors.hpp"
 
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     cli::add_check_command(app, context);
     cli::add_conformance_command(app, context);
     cli::add_cp_command(app, context);
+    cli::add_doctor_command(app, context);
     cli::add_egress_command(app, context);
     cli::add_images_command(app, context);
     cli::add_local_commands(app, context);

@@ -33,6 +33,7 @@
 #include "maf_sandbox/mcp/http_transport.hpp"
 #include "maf_sandbox/mcp/server.hpp"
 #include "maf_sandbox/mcp/stdio_transport.hpp"
+#include "maf_sandbox/runtime/host/host_checks.hpp"
 
 namespace maf_sandbox::cli {
 namespace {
@@ -238,6 +239,8 @@ std::shared_ptr<SandboxBackend> backend_named(const std::string& name) {
             std::make_shared<InProcessSandbox>(std::move(sandbox)), std::move(options));
     }
     if (name == "local") {
+        // Refused at start, with doctor's explanation, rather than failing every call later.
+        runtime::ensure_local_backend_can_start();
         // The server's sandboxes must not outlive it, whatever ends it (SIGKILL included).
         local::LocalBackendConfig config;
         config.egress_operator = runtime::EgressOperatorOptions::from_environment();

@@ -21,6 +21,7 @@
 #include "maf_sandbox/core/types.hpp"
 #include "maf_sandbox/runtime/egress/egress.hpp"
 #include "maf_sandbox/runtime/kernel/host_budgets.hpp"
+#include "maf_sandbox/runtime/kernel/rootless.hpp"
 #include "maf_sandbox/runtime/wire/id_ranges.hpp"
 
 namespace maf_sandbox::local {
@@ -28,9 +29,11 @@ namespace maf_sandbox::local {
 struct LocalBackendConfig {
     std::filesystem::path state_dir;  // empty: MAF_SANDBOX_STATE_DIR or /var/lib/maf-sandbox
     std::string default_image = "host";
-    std::uint64_t memory_bytes = 1ull << 30;
+    // Rootless, memory and CPU have no control (rootless.hpp): their defaults are none, and an
+    // explicit value is refused at launch rather than dropped.
+    std::uint64_t memory_bytes = runtime::running_rootless() ? 0 : 1ull << 30;
     std::uint64_t pids = 512;
-    double cpus = 1.0;
+    double cpus = runtime::running_rootless() ? 0.0 : 1.0;
     std::uint64_t disk_bytes = 2ull << 30;
     std::uint64_t tmp_bytes = 512ull << 20;
     // Transfer ceilings: native transfer is cheap, so these are far above the 8 MiB default.

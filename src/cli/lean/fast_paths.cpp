@@ -102,6 +102,16 @@ bool same_limits(const LeanArgs& args, const local::SharedPoolSettings& pool) {
            args.disk == pool.disk_bytes;
 }
 
+// The registry of the default state directory, or nullopt when it cannot be opened (missing,
+// not ours, not writable).
+std::optional<runtime::Registry> open_registry() {
+    try {
+        return std::optional<runtime::Registry>(std::in_place, runtime::default_state_dir());
+    } catch (const SystemError&) {
+        return std::nullopt;
+    }
+}
+
 }  // namespace
 
 std::optional<int> warm_exec(const LeanArgs& args) {
@@ -114,7 +124,13 @@ std::optional<int> warm_exec(const LeanArgs& args) {
     fields.requires_capabilities = {Capability::exec};
     const SandboxSpec spec(fields);
     const auto labels = sandbox_labels({args.scope, args.thread, args.agent, ""}, spec);
-    runtime::Registry registry(runtime::default_state_dir());
+    // A state directory that cannot be opened is no fast path's to explain: the full CLI's
+    // start-up check says why, with doctor's fix.
+    auto state = open_registry();
+    if (!state) {
+        return std::nullopt;
+    }
+    runtime::Registry& registry = *state;
     // No lock: only a live sandbox is used here, and creating or reconciling one is the full
     // CLI's, under the key's lock. A dispose racing with this exec fails it as it would any
     // caller holding the sandbox.
@@ -145,7 +161,13 @@ std::optional<int> pooled_run(const LeanArgs& args) {
     if (!floor_allows_local(args)) {
         return std::nullopt;
     }
-    runtime::Registry registry(runtime::default_state_dir());
+    // A state directory that cannot be opened is no fast path's to explain: the full CLI's
+    // start-up check says why, with doctor's fix.
+    auto state = open_registry();
+    if (!state) {
+        return std::nullopt;
+    }
+    runtime::Registry& registry = *state;
     const auto pool = local::read_shared_pool(registry.state_dir());
     if (!pool || !same_limits(args, *pool)) {
         return std::nullopt;

@@ -42,7 +42,8 @@ void build_skeleton(const fs::path& root) {
     if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) {
         throw SystemError(errno, fmt::format("creating '{}'", root.string()));
     }
-    const auto tree = GuestFs::open(root, GuestOwner{0, 0});
+    // Owned by whoever is root inside: host root, or a rootless user (its namespace's root).
+    const auto tree = GuestFs::open(root, GuestOwner{::geteuid(), ::getegid()});
     make_dir_mode(tree, "/", 0755);
     for (const char* dir :
          {"usr", "proc", "dev", "etc", "home", "run", "var", "mnt", "sys", "maf-sandbox"}) {

@@ -31,6 +31,7 @@
 #include "maf_sandbox/runtime/wire/id_claims.hpp"
 #include "maf_sandbox/runtime/wire/record_cgroups.hpp"
 #include "maf_sandbox/runtime/wire/supervisor_config.hpp"
+#include "rootless_plan.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -341,26 +342,59 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     const HostBudgets host_budgets =
         launch.budgets ? *launch.budgets : HostBudgets::from_environment();
     const std::uint64_t pid_max = read_kernel_number("/proc/sys/kernel/pid_max");
-    const SandboxBudgets budgets = sandbox_budgets(
-        host_budgets, launch.limits.pids, read_kernel_number("/proc/sys/fs/file-max"), pid_max,
-        launch.egress.mode == Egress::allowlist);
+    const bool rootless = running_rootless();
+    if (rootless) {
+        const auto controls = rootless_controls();
+        if (launch.limits.memory_bytes != 0 && !controls.memory) {
+            refuse_rootless_limit("memory", "--memory");
+        }
+        if (launch.limits.cpus != 0 && !controls.cpus) {
+            refuse_rootless_limit("CPU", "the cpus setting");
+        }
+    }
+    SandboxBudgets budgets = sandbox_budgets(host_budgets, launch.limits.pids,
+                                             read_kernel_number("/proc/sys/fs/file-max"), pid_max,
+                                             launch.egress.mode == Egress::allowlist);
+    if (rootless) {
+        budgets = clamp_to_own_limits(std::move(budgets));
+    }
     const IdClaims claims(launch.id_claims_dir.empty() ? default_id_claims_dir()
                                                        : launch.id_claims_dir);
+    // Rootless: a slot of the user's subordinate ids when it has any, else its own id alone
+    // (no slot to claim: nothing else can hold it).
+    std::optional<IdPool> pool = launch.id_pool;
+    if (!pool) {
+        pool = rootless ? rootless_id_pool() : IdPool::from_environment();
+    }
     // Released (after the rollback below has ended everything) unless the launch succeeds.
-    IdClaim claim =
-        claims.claim(launch.id_pool ? *launch.id_pool : IdPool::from_environment(),
-                     IdClaimRequest{launch.id, kFullGuestIdCount, launch.limits.pids,
-                                    pid_budget(host_budgets, pid_max), destroy_cgroups_named_for});
-    const IdMapping ids = claim.ids();
+    std::optional<IdClaim> claim;
+    if (pool) {
+        claim.emplace(claims.claim(
+            *pool, IdClaimRequest{launch.id, rootless ? kRootlessGuestIdCount : kFullGuestIdCount,
+                                  launch.limits.pids, pid_budget(host_budgets, pid_max),
+                                  destroy_cgroups_named_for}));
+    }
+    std::optional<RootlessIdMap> rootless_map;
+    if (rootless) {
+        rootless_map = rootless_id_map(claim ? std::optional(claim->ids()) : std::nullopt);
+        rootless_map->pids = launch.limits.pids;
+    }
+    // With the user's own id alone, the guest is namespace root: no other id exists there.
+    const uid_t guest_uid = rootless_map && rootless_map->sub_count == 0 ? 0 : launch.guest_uid;
+    const gid_t guest_gid = rootless_map && rootless_map->sub_count == 0 ? 0 : launch.guest_gid;
+    const IdMapping ids = claim ? claim->ids() : IdMapping{::geteuid(), 1};
     SandboxHandle handle;
     handle.sandbox_id = launch.id;
     handle.ids = ids;
-    handle.id_claims_dir = claims.dir();
+    handle.id_claims_dir = claim ? claims.dir() : fs::path();
     handle.sandbox_dir = launch.sandbox_dir;
     handle.socket = launch.sandbox_dir / "exec.sock";
-    handle.guest_host_uid = ids.to_host(launch.guest_uid);
-    handle.guest_host_gid = ids.to_host(launch.guest_gid);
-    const uid_t root_uid = ids.to_host(0);
+    handle.guest_host_uid =
+        rootless_map && guest_uid == 0 ? rootless_map->uid : ids.to_host(guest_uid);
+    handle.guest_host_gid =
+        rootless_map && guest_gid == 0 ? rootless_map->gid : ids.to_host(guest_gid);
+    // Rootless, every id in the config is one of the supervisor's own user namespace.
+    const uid_t root_uid = rootless ? 0 : ids.to_host(0);
 
     // Made after the supervisor is spawned, while it starts (CgroupPlacement).
     std::unique_ptr<SandboxCgroup> cgroup;
@@ -395,13 +429,14 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     config.socket_path = handle.socket;
     config.mounts = launch.mounts;
     config.mounts.root_uid = root_uid;
-    config.mounts.root_gid = ids.to_host(0);
-    config.mounts.guest_uid = handle.guest_host_uid;
-    config.mounts.guest_gid = handle.guest_host_gid;
+    config.mounts.root_gid = root_uid;
+    config.mounts.guest_uid = rootless ? guest_uid : handle.guest_host_uid;
+    config.mounts.guest_gid = rootless ? guest_gid : handle.guest_host_gid;
     config.ids = ids;
+    config.rootless = rootless_map;
     config.budgets = budgets;
-    config.guest_uid = launch.guest_uid;
-    config.guest_gid = launch.guest_gid;
+    config.guest_uid = guest_uid;
+    config.guest_gid = guest_gid;
     config.base_env = guest_env(launch);
     config.default_cwd = launch.default_cwd;
     config.hostname = launch.hostname;
@@ -465,9 +500,18 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     }
     UniqueFd placement_read(placement[0]);
     UniqueFd placement_write(placement[1]);
-    const SupervisorSpawn spawn{
-        exe.c_str(),     argv,           envp, ready_write.get(), placement_read.get(),
-        config_fd.get(), claim.lock_fd()};
+    // Without a claim the supervisor's claim descriptor is /dev/null: it holds no lock.
+    UniqueFd no_claim;
+    if (!claim) {
+        no_claim = UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    }
+    const SupervisorSpawn spawn{exe.c_str(),
+                                argv,
+                                envp,
+                                ready_write.get(),
+                                placement_read.get(),
+                                config_fd.get(),
+                                claim ? claim->lock_fd() : no_claim.get()};
     const pid_t child = spawn_supervisor(spawn);
     if (child < 0) {
         throw SystemError(errno, "starting the sandbox's supervisor (clone)");
@@ -477,12 +521,17 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
     placement_read.reset();
     // Meanwhile the supervisor starts. On failure placement_write closes first (declared after
     // the rollback): the supervisor gives up and the rollback reaps it.
-    cgroup = SandboxCgroup::create(launch.id, launch.limits, root_uid, root_uid);
-    handle.cgroup_layout = cgroup->layout();
-    handle.cgroups = cgroup->paths();
-    const std::string line =
-        to_line(CgroupPlacement{cgroup->layout(), cgroup->delegated_dirs(), cgroup->join_files(),
-                                cgroup->oom_kill_count_file()});
+    // Rootless: no cgroup (none is writable by the user here); the limits that need one were
+    // refused before the launch (rootless_controls.hpp), and the placement is empty.
+    CgroupPlacement placement_line;
+    if (!rootless) {
+        cgroup = SandboxCgroup::create(launch.id, launch.limits, root_uid, root_uid);
+        handle.cgroup_layout = cgroup->layout();
+        handle.cgroups = cgroup->paths();
+        placement_line = CgroupPlacement{cgroup->layout(), cgroup->delegated_dirs(),
+                                         cgroup->join_files(), cgroup->oom_kill_count_file()};
+    }
+    const std::string line = to_line(placement_line);
     // A failed send means the supervisor is gone already; its report says why.
     [[maybe_unused]] const auto sent =
         ::send(placement_write.get(), line.data(), line.size(), MSG_NOSIGNAL);
@@ -518,8 +567,10 @@ SandboxHandle launch_sandbox(const SandboxLaunch& launch) {
                           "run as root on a kernel with user namespaces, overlayfs and cgroups");
     }
     rollback.armed = false;
-    claim.commit();  // PID 1 holds its lock from here on
-    return handle;   // the rollback reaps the host-side half, which is exiting by now
+    if (claim) {
+        claim->commit();  // PID 1 holds its lock from here on
+    }
+    return handle;  // the rollback reaps the host-side half, which is exiting by now
 }
 
 std::string recorded_sandbox_id(const SandboxHandle& handle) {

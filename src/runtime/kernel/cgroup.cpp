@@ -22,6 +22,7 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/runtime/kernel/kernel_files.hpp"
+#include "maf_sandbox/runtime/kernel/rootless.hpp"
 #include "maf_sandbox/runtime/kernel/sandbox_cgroup_names.hpp"
 
 namespace maf_sandbox::runtime {
@@ -72,6 +73,9 @@ bool is_sandbox_cgroup(const fs::path& path, std::string_view id) {
 bool process_in_sandbox_cgroup(pid_t pid, std::string_view id) {
     if (pid <= 0 || id.empty()) {
         return false;
+    }
+    if (running_rootless()) {
+        return own_pid_namespace_init(pid);  // no cgroup of its own (rootless.hpp)
     }
     std::ifstream in(fmt::format("/proc/{}/cgroup", pid));
     const std::string own = fmt::format("maf-sbx-{}", id);

@@ -6,8 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include <fmt/format.h>
@@ -39,6 +42,20 @@ bool write_sysctl(const char* path, const char* value) noexcept {
     return written;
 }
 
+// "0 <last mapped gid>" from /proc/self/gid_map (read before any thread or lock matters: this
+// runs in a forked child of a single-threaded process).
+std::string mapped_gid_range() {
+    std::uint64_t end = 1;
+    if (FILE* map = std::fopen("/proc/self/gid_map", "re")) {
+        unsigned long long inside = 0, outside = 0, count = 0;
+        while (std::fscanf(map, "%llu %llu %llu", &inside, &outside, &count) == 3) {
+            end = std::max<std::uint64_t>(end, inside + count);
+        }
+        std::fclose(map);
+    }
+    return fmt::format("0 {}", std::min<std::uint64_t>(end - 1, 2147483647));
+}
+
 [[noreturn]] void child_main(int status, int hold) {
     Outcome outcome;
     const auto fail = [&](int step) {
@@ -58,7 +75,10 @@ bool write_sysctl(const char* path, const char* value) noexcept {
     if (!write_sysctl("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")) {
         fail(3);
     }
-    if (!write_sysctl("/proc/sys/net/ipv4/ping_group_range", "0 2147483647")) {
+    // Rootless, the user namespace maps only some gids, and the kernel refuses a range that
+    // names unmapped ones: then every gid the namespace has.
+    if (!write_sysctl("/proc/sys/net/ipv4/ping_group_range", "0 2147483647") &&
+        !write_sysctl("/proc/sys/net/ipv4/ping_group_range", mapped_gid_range().c_str())) {
         fail(4);
     }
     [[maybe_unused]] auto n = ::write(status, &outcome, sizeof outcome);

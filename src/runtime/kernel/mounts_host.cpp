@@ -222,6 +222,21 @@ class ScopedUmask {
     mode_t before_;
 };
 
+// Rootless (no CAP_MKNOD over the host, and a tmpfs made in a user namespace never opens nodes):
+// the host's own node bound onto an empty file of ours. Its mount shows the host's devtmpfs in
+// the guest's mountinfo, the one detail of the host's layout rootless mode gives away.
+void bind_host_device(int dev, const char* name) {
+    const auto host = fmt::format("/dev/{}", name);
+    const UniqueFd file{
+        ::openat(dev, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0666)};
+    const UniqueFd node{::open_tree(AT_FDCWD, host.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)};
+    if (!file || !node ||
+        ::move_mount(node.get(), "", file.get(), "",
+                     MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0) {
+        throw SystemError(errno, fmt::format("binding the host's {} into the sandbox", host));
+    }
+}
+
 // /dev: a small tmpfs with the harmless devices (nodes of our own), /dev/shm, and the /proc links;
 // read-only once built, so nothing can add device nodes later.
 void build_dev(int dev_point, const RootPlan& plan, const GuestOwner& root) {
@@ -238,10 +253,14 @@ void build_dev(int dev_point, const RootPlan& plan, const GuestOwner& root) {
         const ScopedUmask exact_modes(0);
         for (const auto& device : kDevices) {
             if (::mknodat(dev.get(), device.name, S_IFCHR | 0666,
-                          makedev(device.major, device.minor)) != 0) {
+                          makedev(device.major, device.minor)) == 0) {
+                continue;
+            }
+            if (errno != EPERM) {
                 throw SystemError(errno,
                                   fmt::format("creating the sandbox's /dev/{}", device.name));
             }
+            bind_host_device(dev.get(), device.name);
         }
     }
     for (const auto& [name, link] : {std::pair{"/fd", "/proc/self/fd"},

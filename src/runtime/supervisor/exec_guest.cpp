@@ -258,7 +258,10 @@ void take_exec_cgroup_and_stdio(const GuestStart& start, GuestShared& shared,
 // the threads it knows of are the handler's.
 void take_guest_groups(const GuestStart& start, const SupervisorConfig& config) {
     const gid_t groups[1] = {config.guest_gid};
-    if (const long result = raw::call(SYS_setgroups, 1, raw::arg(groups)); result < 0) {
+    // A rootless namespace of one id denies setgroups (pid1.cpp): the groups stay as they are.
+    const bool denied = config.rootless && config.rootless->sub_count == 0;
+    if (const long result = denied ? 0 : raw::call(SYS_setgroups, 1, raw::arg(groups));
+        result < 0) {
         fail_with(start, 1, -result);
     }
     if (const long result =

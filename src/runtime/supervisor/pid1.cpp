@@ -272,8 +272,18 @@ void take_inherited_root() {
 }
 
 // Step 3: root of the sandbox's user namespace, with no supplementary groups.
+// A rootless namespace of one id has setgroups denied (the kernel requires it for an
+// unprivileged gid map): there the supplementary groups cannot be dropped, and stay the user's.
+bool setgroups_denied() {
+    char text[8] = {};
+    const UniqueFd fd(::open("/proc/self/setgroups", O_RDONLY | O_CLOEXEC));
+    return fd && ::read(fd.get(), text, sizeof text - 1) > 0 && std::strncmp(text, "deny", 4) == 0;
+}
+
 void become_namespace_root() {
-    if (::setresgid(0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 || ::setresuid(0, 0, 0) != 0) {
+    if (::setresgid(0, 0, 0) != 0 ||
+        (::setgroups(0, nullptr) != 0 && !(errno == EPERM && setgroups_denied())) ||
+        ::setresuid(0, 0, 0) != 0) {
         throw SystemError(errno, "becoming root of the sandbox's user namespace");
     }
 }

@@ -27,6 +27,7 @@
 #include "maf_sandbox/runtime/kernel/host_budgets.hpp"
 #include "maf_sandbox/runtime/kernel/mounts.hpp"
 #include "maf_sandbox/runtime/kernel/namespaces.hpp"
+#include "maf_sandbox/runtime/kernel/rootless.hpp"
 #include "maf_sandbox/runtime/kernel/unique_fd.hpp"
 #include "owner_watch.hpp"
 #include "pid1.hpp"
@@ -129,6 +130,11 @@ int supervisor_main(int argc, char** argv) {
     try {
         SupervisorConfig config =
             supervisor_config_from_json(json::parse(read_config(argc == 2 ? argv[1] : nullptr)));
+        // Rootless: before anything that needs privilege, and before the helpers forked below, so
+        // they are in it too. PID 1 is then cloned into this namespace rather than a new one.
+        if (config.rootless) {
+            enter_rootless_user_namespace(*config.rootless);
+        }
         // First, while this process is in none of the sandbox's namespaces or cgroups: PID 1
         // inherits the life pipe's write end through the clone below.
         const UniqueFd owner_watch = start_owner_watch(config);
@@ -183,8 +189,11 @@ int supervisor_main(int argc, char** argv) {
             }
             // Owned by the guest root's host uid, so the sandbox's per-user kernel counts are
             // charged to its own identity, not to host root.
-            child = clone_with_owned_namespaces(namespaces, config.ids.to_host(0),
-                                                config.ids.to_host(0));
+            child =
+                config.rootless
+                    ? clone_with_namespaces(namespaces & ~static_cast<unsigned long>(CLONE_NEWUSER))
+                    : clone_with_owned_namespaces(namespaces, config.ids.to_host(0),
+                                                  config.ids.to_host(0));
             if (child == 0) {
                 ::close(go[1]);
                 ::close(root_dir.get());  // the working directory is all PID 1 needs of it
@@ -197,7 +206,9 @@ int supervisor_main(int argc, char** argv) {
         }
         ::close(go[0]);
         UniqueFd start(go[1]);
-        write_id_maps(child, config.ids);
+        if (!config.rootless) {
+            write_id_maps(child, config.ids);
+        }
         network.start_outside(config, child);
         report_to_host(fmt::format("pid {}", child));
         if (::write(start.get(), "g", 1) != 1) {

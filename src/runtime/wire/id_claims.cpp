@@ -20,6 +20,7 @@
 
 #include "maf_sandbox/core/capacity_error.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/kernel/rootless.hpp"
 #include "maf_sandbox/runtime/kernel/state_dir.hpp"
 
 namespace maf_sandbox::runtime {
@@ -153,7 +154,8 @@ fs::path default_id_claims_dir() {
     if (const char* env = std::getenv(kIdClaimsEnv); env != nullptr && *env != '\0') {
         return fs::path(env);
     }
-    return fs::path(kDefaultIdClaimsDir);
+    // A rootless user's table is its own: it holds slots of that user's subordinate ids only.
+    return running_rootless() ? rootless_runtime_dir() / "ids" : fs::path(kDefaultIdClaimsDir);
 }
 
 IdClaim::IdClaim(IdClaim&& other) noexcept

@@ -23,6 +23,7 @@
 
 #include "../kernel/fd_ops.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "maf_sandbox/runtime/kernel/rootless.hpp"
 
 namespace maf_sandbox::runtime {
 
@@ -187,7 +188,7 @@ fs::path default_state_dir() {
     if (const char* env = std::getenv(kStateDirEnv); env != nullptr && *env != '\0') {
         return fs::path(env);
     }
-    return fs::path(kDefaultStateDir);
+    return running_rootless() ? rootless_state_dir() : fs::path(kDefaultStateDir);
 }
 
 std::string_view to_string(SandboxState state) {

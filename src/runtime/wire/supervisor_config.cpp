@@ -142,6 +142,13 @@ json::value to_json(const SupervisorConfig& config) {
         out["watch_later_owners"] = true;
     }
     out["budgets"] = config.budgets.to_json();
+    if (config.rootless) {
+        out["rootless"] = json::object{{"uid", config.rootless->uid},
+                                       {"gid", config.rootless->gid},
+                                       {"sub_base", config.rootless->sub_base},
+                                       {"sub_count", config.rootless->sub_count},
+                                       {"pids", config.rootless->pids}};
+    }
     return out;
 }
 
@@ -210,6 +217,12 @@ SupervisorConfig supervisor_config_from_json(const json::value& value) {
     }
     if (const auto* budgets = in.if_contains("budgets")) {
         config.budgets = SandboxBudgets::from_json(*budgets);
+    }
+    if (const auto* rootless = in.if_contains("rootless")) {
+        const auto& map = rootless->as_object();
+        config.rootless = RootlessIdMap{
+            number<uid_t>(map, "uid"), number<gid_t>(map, "gid"), number<uid_t>(map, "sub_base"),
+            number<std::uint32_t>(map, "sub_count"), number<std::uint64_t>(map, "pids")};
     }
     return config;
 }

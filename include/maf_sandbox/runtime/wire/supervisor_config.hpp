@@ -33,6 +33,7 @@
 #include "maf_sandbox/runtime/kernel/host_budgets.hpp"
 #include "maf_sandbox/runtime/kernel/mounts.hpp"
 #include "maf_sandbox/runtime/kernel/namespaces.hpp"
+#include "maf_sandbox/runtime/kernel/rootless.hpp"
 #include "maf_sandbox/runtime/kernel/seccomp.hpp"
 #include "maf_sandbox/runtime/wire/owner.hpp"
 
@@ -101,6 +102,9 @@ struct SupervisorConfig {
     // Resource limits and user namespace limits (host_budgets.hpp). Absent from an older
     // launcher's config: nothing is set, as before.
     SandboxBudgets budgets;
+    // Rootless mode (rootless.hpp): the supervisor enters this user namespace first, and every id
+    // above (mounts, guest) is then an id of that namespace, not a host id. Absent: host root.
+    std::optional<RootlessIdMap> rootless;
 };
 
 boost::json::value to_json(const SupervisorConfig& config);
