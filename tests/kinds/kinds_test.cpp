@@ -81,7 +81,7 @@ class KindsTest : public ::testing::Test {
         return names;
     }
 
-    CallerContext caller_{"tenant-a", std::string("thread-1"), "agent-x", nullptr};
+    CallerContext caller_{"tenant-a", std::string("thread-1"), "agent-x", nullptr, std::nullopt};
     TempDir store_dir_;
     TempDir out_dir_;
     std::ostringstream log_text_;
@@ -273,7 +273,7 @@ TEST_F(KindsTest, CancelledCallIsCleanedUpBeforeTheCancellationPropagates) {
 
 TEST_F(KindsTest, CallWithNoThreadIsRefusedWithAFixedSentence) {
     auto tool = codeact();
-    CallerContext unbound{"tenant-a", std::nullopt, "agent-x", nullptr};
+    CallerContext unbound{"tenant-a", std::nullopt, "agent-x", nullptr, std::nullopt};
     auto result = run_blocking(tool.execute_code(unbound, {"print(1)", {}}));
     EXPECT_EQ(result.failure, CallFailure::refused);
     EXPECT_EQ(result.message,
