@@ -228,8 +228,13 @@ struct CodeActTool::Impl {
         if ((config.outputs.empty() && patterns.empty()) || result.program->exit_code != 0) {
             co_return;
         }
-        co_await land_outputs(site, result, std::move(patterns),
-                              caller_sink ? std::move(caller_sink) : sink);
+        // Chosen before the co_await: g++ 12 destroys a conditional's temporary twice across a
+        // suspension.
+        auto to = sink;
+        if (caller_sink) {
+            to = std::move(caller_sink);
+        }
+        co_await land_outputs(site, result, std::move(patterns), std::move(to));
     }
 
     Task<bool> write(detail::CallSite& site, const std::string& name, std::string content,

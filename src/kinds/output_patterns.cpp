@@ -61,10 +61,15 @@ Task<std::vector<std::string>> matching_children(Sandbox& sandbox, const std::st
         }
         co_return found;
     }
+    // Computed before the co_await: g++ 12 destroys a conditional's temporary twice across a
+    // suspension.
+    std::string listed = directory;
+    if (!relative.empty()) {
+        listed = join_guest_path(directory, relative);
+    }
     std::vector<SandboxEntry> entries;
     try {
-        entries = co_await sandbox.list_dir(
-            relative.empty() ? directory : join_guest_path(directory, relative), directory);
+        entries = co_await sandbox.list_dir(std::move(listed), directory);
     } catch (const FileNotFound&) {
         co_return found;
     } catch (const NotADirectory&) {

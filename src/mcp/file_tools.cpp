@@ -76,11 +76,12 @@ std::optional<InvalidParams> only(const json::object& object,
 json::object upload_file_definition(const kinds::ConversationFiles& files,
                                     std::string_view protocol_version) {
     auto description = fmt::format(
-        "Writes a file into this conversation's sandbox (the one execute_code runs in), "
+        "Writes a file into this conversation's sandbox ({}; the one execute_code runs in), "
         "replacing a file of that name. 'path' is relative to the sandbox's work directory, the "
         "parent of each execute_code call's own working directory, so a program reads it as "
         "'../<path>' (the result gives the absolute path). Send the bytes base64-encoded in "
         "'content_base64'; files over {} bytes are refused.",
+        sandbox_phrase(files.provenance(), files.spec()),
         files.spec()->files_in.max_bytes_per_file);
     json::object properties;
     properties["path"] = string_property(
@@ -94,11 +95,12 @@ json::object upload_file_definition(const kinds::ConversationFiles& files,
 json::object download_file_definition(const kinds::ConversationFiles& files,
                                       std::string_view protocol_version) {
     auto description = fmt::format(
-        "Reads a file from this conversation's sandbox (the one execute_code runs in) and "
+        "Reads a file from this conversation's sandbox ({}; the one execute_code runs in) and "
         "returns its bytes as an embedded resource (base64 'blob'). 'path' is relative to the "
         "sandbox's work directory, the parent of each execute_code call's own working directory "
         "(which is removed after the call: to keep a file, write it to '../<name>'). Links are "
         "not followed; files over {} bytes are refused.",
+        sandbox_phrase(files.provenance(), files.spec()),
         files.spec()->files_out.max_bytes_per_file);
     json::object properties;
     properties["path"] =

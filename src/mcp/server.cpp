@@ -131,12 +131,12 @@ struct McpServer::Impl {
         if (codeact) {
             tools.push_back(detail::execute_code_definition(*codeact, version));
         }
+        if (shell) {
+            tools.push_back(detail::run_shell_definition(*shell, version));
+        }
         if (files) {
             tools.push_back(detail::upload_file_definition(*files, version));
             tools.push_back(detail::download_file_definition(*files, version));
-        }
-        if (shell) {
-            tools.push_back(detail::run_shell_definition(*shell, version));
         }
         return json::object{{"tools", std::move(tools)}};
     }

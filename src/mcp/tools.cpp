@@ -15,29 +15,6 @@ bool has_structured_content(std::string_view protocol_version) {
     return protocol_version >= std::string_view("2025-06-18");
 }
 
-std::string egress_phrase(const SandboxSpec& spec) {
-    switch (spec->egress) {
-        case Egress::closed:
-            return "egress closed: no network access";
-        case Egress::allowlist: {
-            std::string hosts;
-            for (const auto& host : spec->egress_allow) {
-                hosts += hosts.empty() ? "" : ", ";
-                hosts += host;
-            }
-            return fmt::format("egress allowlist: only {} reachable", hosts);
-        }
-        case Egress::unrestricted:
-            return "egress unrestricted";
-    }
-    return "egress unknown";
-}
-
-std::string sandbox_phrase(const kinds::ResultProvenance& provenance, const SandboxSpec& spec) {
-    return fmt::format("backend {}, isolation {}, {}", provenance.backend,
-                       to_string(provenance.isolation), egress_phrase(spec));
-}
-
 json::object annotations(std::string title, const SandboxSpec& spec) {
     json::object hints;
     hints["title"] = std::move(title);
@@ -108,6 +85,29 @@ std::optional<InvalidParams> unknown_member(const json::object& arguments,
 }
 
 }  // namespace
+
+static std::string egress_phrase(const SandboxSpec& spec) {
+    switch (spec->egress) {
+        case Egress::closed:
+            return "egress closed: no network access";
+        case Egress::allowlist: {
+            std::string hosts;
+            for (const auto& host : spec->egress_allow) {
+                hosts += hosts.empty() ? "" : ", ";
+                hosts += host;
+            }
+            return fmt::format("egress allowlist: only {} reachable", hosts);
+        }
+        case Egress::unrestricted:
+            return "egress unrestricted";
+    }
+    return "egress unknown";
+}
+
+std::string sandbox_phrase(const kinds::ResultProvenance& provenance, const SandboxSpec& spec) {
+    return fmt::format("backend {}, isolation {}, {}", provenance.backend,
+                       to_string(provenance.isolation), egress_phrase(spec));
+}
 
 json::object execute_code_definition(const kinds::CodeActTool& tool,
                                      std::string_view protocol_version) {
