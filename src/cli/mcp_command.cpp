@@ -423,9 +423,11 @@ Task<void> serve_http_until_signal(mcp::McpHttpServer& http) {
 void run(const McpOptions& flags, const std::optional<std::string>& config_path, Context& context) {
     context.log->set_level(spdlog::level::info);
     const auto options = merge(config_path ? read_config(*config_path) : McpOptions{}, flags);
+    // Declared before the service, so it outlives it: the backends' pooled connections (ACAS) are
+    // bound to it and close their sockets through it when the service goes.
+    asio::io_context io;
     auto service = build_service(options, context);
 
-    asio::io_context io;
     std::exception_ptr failure;
     auto finished = [&](std::exception_ptr error) {
         failure = error;

@@ -179,7 +179,7 @@ async function overHttp() {
     const serverEnv = { ...env, MAF_SANDBOX_MCP_TOKEN: randomBytes(32).toString('hex') };
     const server = spawn(binary, [...flags, '--http', '127.0.0.1:0'], { stdio: ['ignore', 'ignore', 'pipe'], env: serverEnv });
     const log = collect(server.stderr);
-    const exited = new Promise((resolve) => server.on('exit', (code) => resolve(code)));
+    const exited = new Promise((resolve) => server.on('exit', (code, signal) => resolve(code ?? signal)));
     try {
         await waitFor(() => /http:\/\/127\.0\.0\.1:\d+\/mcp/.test(log.text), 'the listening line');
         const url = new URL(log.text.match(/http:\/\/127\.0\.0\.1:\d+\/mcp/)[0]);
