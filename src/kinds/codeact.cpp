@@ -272,6 +272,13 @@ struct CodeActTool::Impl {
                     static_cast<std::size_t>(binding.spec->files_out.max_files));
                 result.unmatched_outputs = std::move(matches.unmatched);
                 for (auto& name : matches.names) {
+                    // A declared output the pattern matched too is collected once, as declared.
+                    const auto declared = std::find_if(
+                        config.outputs.begin(), config.outputs.end(),
+                        [&](const DeclaredOutput& output) { return output.path == name; });
+                    if (declared != config.outputs.end()) {
+                        continue;
+                    }
                     DeclaredOutput output;
                     output.path = std::move(name);
                     output.required = false;

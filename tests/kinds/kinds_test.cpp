@@ -158,6 +158,38 @@ TEST_F(KindsTest, CodeActLandsDeclaredOutputsInTheSink) {
     EXPECT_EQ(result.text().find(out_dir_.path().string()), std::string::npos);
 }
 
+TEST_F(KindsTest, CodeActLandsHostAndCallPatternsOnceEachBesideDeclaredOutputs) {
+    CodeActConfig config;
+    config.outputs.push_back(DeclaredOutput{"summary.json", OutputDisposition::land,
+                                            "application/json", true, std::nullopt});
+    config.output_patterns = {"*.json"};
+    config.outputs_per_call = true;
+    auto tool = codeact(config, make_file_system_sink(out_dir_.path()));
+    EXPECT_TRUE(tool.spec()->outputs_named_at_call_time);
+    auto result = run_blocking(tool.execute_code(
+        caller_, {"import os\nopen('summary.json','w').write('{}')\n"
+                  "open('extra.json','w').write('[]')\nos.mkdir('d')\n"
+                  "open('d/t.csv','w').write('a')\nos.symlink('/etc/passwd', 'p.csv')\n",
+                  {},
+                  {"d/*.csv", "*.csv", "absent.txt"}}));
+    ASSERT_FALSE(result.is_error()) << result.message;
+    // summary.json once (declared, also matched by *.json), extra.json and d/t.csv; the link
+    // p.csv is never matched.
+    EXPECT_EQ(result.landed,
+              (std::vector<std::string>{"summary.json (2 bytes)", "d/t.csv (1 bytes)",
+                                        "extra.json (2 bytes)"}));
+    EXPECT_EQ(result.unmatched_outputs, (std::vector<std::string>{"*.csv", "absent.txt"}));
+    EXPECT_TRUE(std::filesystem::is_regular_file(out_dir_.path() / "d" / "t.csv"));
+}
+
+TEST_F(KindsTest, CodeActRefusesOutputsPerCallUnlessTheHostTakesThem) {
+    auto tool = codeact();
+    auto result = run_blocking(tool.execute_code(caller_, {"print(1)", {}, {"*.png"}}));
+    EXPECT_EQ(result.failure, CallFailure::refused);
+    EXPECT_FALSE(result.program);
+    EXPECT_TRUE(backend_->acquired.empty());
+}
+
 TEST_F(KindsTest, CodeActDeclaredOutputsWithoutASinkAreRefusedAtAttach) {
     CodeActConfig config;
     config.outputs.push_back(declared("summary.json"));
