@@ -63,7 +63,20 @@ struct McpOptions {
     std::optional<std::string> work_dir;
     std::optional<bool> allow_remote;
     std::optional<std::size_t> max_session_sandboxes;
+    // What execute_code may hand back and how much (the spec's files_out, the inline cap).
+    std::optional<bool> no_call_outputs;
+    std::optional<std::uint64_t> max_output_files;
+    std::optional<std::uint64_t> max_output_file_bytes;
+    std::optional<std::uint64_t> max_output_call_bytes;
+    std::optional<std::uint64_t> max_inline_image_bytes;
 };
+
+std::uint64_t config_count(const json::value& value, std::string_view field) {
+    if (!value.is_int64() && !value.is_uint64()) {
+        throw InvalidArgument(fmt::format("config field '{}' must be a whole number", field));
+    }
+    return value.to_number<std::uint64_t>();
+}
 
 std::string read_text_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -138,6 +151,19 @@ McpOptions read_config(const std::string& path) {
                     "config field 'max_session_sandboxes' must be a whole number of sandboxes");
             }
             options.max_session_sandboxes = value.to_number<std::size_t>();
+        } else if (field == "no_call_outputs") {
+            if (!value.is_bool()) {
+                throw InvalidArgument("config field 'no_call_outputs' must be true or false");
+            }
+            options.no_call_outputs = value.get_bool();
+        } else if (field == "max_output_files") {
+            options.max_output_files = config_count(value, field);
+        } else if (field == "max_output_file_bytes") {
+            options.max_output_file_bytes = config_count(value, field);
+        } else if (field == "max_output_call_bytes") {
+            options.max_output_call_bytes = config_count(value, field);
+        } else if (field == "max_inline_image_bytes") {
+            options.max_inline_image_bytes = config_count(value, field);
         } else if (field == "timeout") {
             if (!value.is_number()) {
                 throw InvalidArgument("config field 'timeout' must be a number of seconds");
@@ -152,7 +178,8 @@ McpOptions read_config(const std::string& path) {
             throw InvalidArgument(fmt::format(
                 "config field '{}' is unknown; use the flags' long names, e.g. backend, floor, "
                 "image, egress, allow, files, out_dir, outputs, timeout, max_output, scope, "
-                "allow_remote, max_session_sandboxes",
+                "allow_remote, max_session_sandboxes, no_call_outputs, max_output_files, "
+                "max_output_file_bytes, max_output_call_bytes, max_inline_image_bytes",
                 field.substr(0, 60)));
         }
     }
@@ -182,6 +209,13 @@ McpOptions merge(McpOptions file, const McpOptions& flags) {
         file.allow_remote = true;  // an absent flag reads as false, which must not undo the file
     }
     take(file.max_session_sandboxes, flags.max_session_sandboxes);
+    if (flags.no_call_outputs.value_or(false)) {
+        file.no_call_outputs = true;
+    }
+    take(file.max_output_files, flags.max_output_files);
+    take(file.max_output_file_bytes, flags.max_output_file_bytes);
+    take(file.max_output_call_bytes, flags.max_output_call_bytes);
+    take(file.max_inline_image_bytes, flags.max_inline_image_bytes);
     if (!flags.allow.empty()) {
         file.allow = flags.allow;
     }
@@ -196,7 +230,9 @@ bool nothing_said(const McpOptions& options) {
            !options.egress && options.allow.empty() && !options.files && !options.out_dir &&
            options.outputs.empty() && !options.timeout && !options.max_output && !options.scope &&
            !options.thread && !options.work_dir && !options.allow_remote.value_or(false) &&
-           !options.max_session_sandboxes;
+           !options.max_session_sandboxes && !options.no_call_outputs.value_or(false) &&
+           !options.max_output_files && !options.max_output_file_bytes &&
+           !options.max_output_call_bytes && !options.max_inline_image_bytes;
 }
 
 std::pair<std::string, std::uint16_t> parse_listen(const std::string& text) {
@@ -297,23 +333,30 @@ Service build_service(const McpOptions& options, Context& context) {
     if (options.max_output) {
         settings.max_output_bytes = *options.max_output;
     }
+    if (options.max_output_files) {
+        settings.files_out.max_files = *options.max_output_files;
+    }
+    if (options.max_output_file_bytes) {
+        settings.files_out.max_bytes_per_file = *options.max_output_file_bytes;
+    }
+    if (options.max_output_call_bytes) {
+        settings.files_out.max_total_bytes = *options.max_output_call_bytes;
+    }
 
     kinds::CodeActConfig codeact_config;
     codeact_config.sandbox = settings;
-    for (const auto& name : options.outputs) {
-        DeclaredOutput output;
-        output.path = name;
-        // A program that does not write a declared output is not an error at this front end.
-        output.required = false;
-        codeact_config.outputs.push_back(std::move(output));
-    }
-    if (!options.outputs.empty() && !options.out_dir) {
-        throw InvalidArgument("option '--output' needs --out-dir DIR to land the files in");
-    }
-    std::optional<OutputSink> sink;
+    // Names or globs; a program that writes none of them is not an error at this front end.
+    codeact_config.output_patterns = options.outputs;
+    codeact_config.outputs_per_call = !options.no_call_outputs.value_or(false);
     if (options.out_dir) {
         std::filesystem::create_directories(*options.out_dir);
-        sink = make_file_system_sink(*options.out_dir);
+        if (codeact_config.output_patterns.empty() && !codeact_config.outputs_per_call) {
+            context.log->warn(
+                "--out-dir {} is given, but nothing can land there: --no-call-outputs refuses "
+                "outputs named per call and no --output names any; drop --no-call-outputs or add "
+                "--output NAME",
+                *options.out_dir);
+        }
     }
     auto store = options.files ? std::make_shared<kinds::FileStore>(*options.files)
                                : std::make_shared<kinds::FileStore>();
@@ -324,12 +367,19 @@ Service build_service(const McpOptions& options, Context& context) {
     Service service;
     service.router = std::make_shared<SandboxRouter>(
         std::vector<std::shared_ptr<SandboxBackend>>{backend_named(backend_name)}, router_options);
+    // Outputs land per call through the server's sink (--out-dir/<session>/<call>/).
     auto codeact = std::make_shared<kinds::CodeActTool>(service.router, codeact_config, store,
-                                                        std::move(sink), context.log);
+                                                        std::nullopt, context.log);
     auto shell = std::make_shared<kinds::ShellTool>(service.router, kinds::ShellConfig{settings},
                                                     context.log);
     mcp::McpServerConfig config;
     config.server_version = MAF_SANDBOX_VERSION;
+    if (options.out_dir) {
+        config.out_dir = std::filesystem::absolute(*options.out_dir);
+    }
+    if (options.max_inline_image_bytes) {
+        config.max_inline_image_bytes = *options.max_inline_image_bytes;
+    }
     if (options.thread) {
         config.thread = *options.thread;
     }
@@ -376,9 +426,11 @@ Task<void> serve_http_until_signal(mcp::McpHttpServer& http) {
 void run(const McpOptions& flags, const std::optional<std::string>& config_path, Context& context) {
     context.log->set_level(spdlog::level::info);
     const auto options = merge(config_path ? read_config(*config_path) : McpOptions{}, flags);
+    // Declared before the service, so it outlives it: the backends' pooled connections (ACAS) are
+    // bound to it and close their sockets through it when the service goes.
+    asio::io_context io;
     auto service = build_service(options, context);
 
-    asio::io_context io;
     std::exception_ptr failure;
     auto finished = [&](std::exception_ptr error) {
         failure = error;
@@ -442,9 +494,26 @@ void add_mcp_command(CLI::App& app, Context& context) {
     command->add_option("--allow", flags->allow, "A host the guest may reach (repeatable)");
     command->add_option("--files", flags->files,
                         "Host directory of the file store execute_code copies inputs from");
-    command->add_option("--out-dir", flags->out_dir, "Host directory landed outputs go to");
+    command->add_option("--out-dir", flags->out_dir,
+                        "Host directory returned files also land in, as <session>/<call>/<name>");
     command->add_option("--output", flags->outputs,
-                        "A file execute_code lands from its working directory (repeatable)");
+                        "A name or glob of files execute_code returns from its working directory "
+                        "after every call (repeatable); calls can name more with 'outputs'");
+    command->add_flag("--no-call-outputs", flags->no_call_outputs,
+                      "Refuse execute_code's 'outputs' argument (only --output files return)");
+    command->add_option(
+        "--max-output-files", flags->max_output_files,
+        fmt::format("Files one call may return (default {})", kDefaultTransferLimits.max_files));
+    command->add_option("--max-output-file-bytes", flags->max_output_file_bytes,
+                        fmt::format("Bytes per returned file (default {})",
+                                    kDefaultTransferLimits.max_bytes_per_file));
+    command->add_option("--max-output-call-bytes", flags->max_output_call_bytes,
+                        fmt::format("Bytes all files of one call may total (default {})",
+                                    kDefaultTransferLimits.max_total_bytes));
+    command->add_option("--max-inline-image-bytes", flags->max_inline_image_bytes,
+                        fmt::format("Images up to this size come back inline as image content "
+                                    "(default {})",
+                                    mcp::kDefaultMaxInlineImageBytes));
     command->add_option("--timeout", flags->timeout, "Seconds a program may run (default 60)");
     command->add_option("--max-output", flags->max_output,
                         "Bytes per output stream; more is refused, not truncated");

@@ -9,6 +9,7 @@
 
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/paths.hpp"
+#include "output_patterns.hpp"
 #include "sandboxed_call.hpp"
 
 namespace maf_sandbox::kinds {
@@ -70,6 +71,14 @@ std::pair<CallFailure, std::string> landing_sentence(const std::exception_ptr& e
         return {CallFailure::refused,
                 "The program ran, but a declared output path escapes the working directory "
                 "through a link; write outputs as plain files."};
+    } catch (const SandboxOutputSinkRequired&) {
+        return {CallFailure::refused,
+                "The program ran, but this host has nowhere to put output files; ask the operator "
+                "to configure where outputs go."};
+    } catch (const SandboxArtifactNameCollision&) {
+        return {CallFailure::refused,
+                "The program ran, but two of its output files differ only in letter case; give "
+                "each output a distinct name."};
     } catch (...) {
         return {CallFailure::infrastructure,
                 "The program ran, but its output files could not be landed on the host. Ask the "
@@ -81,11 +90,13 @@ std::pair<CallFailure, std::string> landing_sentence(const std::exception_ptr& e
 
 SandboxSpec codeact_spec(const CodeActConfig& config) {
     std::set<Capability> requires_capabilities{Capability::exec, Capability::files_in};
-    if (!config.outputs.empty()) {
+    const bool named_later = !config.output_patterns.empty() || config.outputs_per_call;
+    if (!config.outputs.empty() || named_later) {
         requires_capabilities.insert(Capability::files_out);
     }
     auto fields = kind_spec_fields(kCodeActKind, config.sandbox, std::move(requires_capabilities));
     fields.declared_outputs = config.outputs;
+    fields.outputs_named_at_call_time = named_later;
     return SandboxSpec(std::move(fields));
 }
 
@@ -97,6 +108,29 @@ struct CodeActTool::Impl {
 
     ToolResult refused(std::string message) const {
         return detail::failed(binding, CallFailure::refused, std::move(message));
+    }
+
+    std::optional<ToolResult> refuse_outputs(const std::vector<std::string>& outputs) const {
+        if (outputs.empty()) {
+            return std::nullopt;
+        }
+        if (!config.outputs_per_call) {
+            return refused(
+                "This server does not take outputs per call, so nothing ran. Call execute_code "
+                "without 'outputs'.");
+        }
+        if (outputs.size() > detail::kMaxOutputPatterns) {
+            return refused(fmt::format(
+                "'outputs' names {} patterns, over the limit of {} per call, so nothing ran; use "
+                "globs such as '*.png' to name many files at once.",
+                outputs.size(), detail::kMaxOutputPatterns));
+        }
+        for (const auto& pattern : outputs) {
+            if (auto problem = detail::output_pattern_problem(pattern)) {
+                return refused(fmt::format("Output {}, so nothing ran.", *problem));
+            }
+        }
+        return std::nullopt;
     }
 
     // Checks the model's input against the host's store and caps before any sandbox is touched.
@@ -119,6 +153,9 @@ struct CodeActTool::Impl {
             if (std::find(names.begin(), names.end(), name) == names.end()) {
                 names.push_back(name);
             }
+        }
+        if (auto refusal = refuse_outputs(arguments.outputs)) {
+            return refusal;
         }
         const auto& caps = binding.spec->files_in;
         // The program is a file sent in too.
@@ -153,7 +190,8 @@ struct CodeActTool::Impl {
     }
 
     Task<void> run(detail::CallSite& site, ToolResult& result, std::string code,
-                   std::vector<std::string> names, ProgressReporter progress,
+                   std::vector<std::string> names, std::vector<std::string> patterns,
+                   std::optional<OutputSink> caller_sink, ProgressReporter progress,
                    OutputObserver output) {
         if (progress) {
             progress(1.0, 4.0, "copying the program and input files in");
@@ -189,10 +227,16 @@ struct CodeActTool::Impl {
                                           std::move(output))) {
             co_return;
         }
-        if (config.outputs.empty() || result.program->exit_code != 0) {
+        if ((config.outputs.empty() && patterns.empty()) || result.program->exit_code != 0) {
             co_return;
         }
-        co_await land_outputs(site, result);
+        // Chosen before the co_await: g++ 12 destroys a conditional's temporary twice across a
+        // suspension.
+        auto to = sink;
+        if (caller_sink) {
+            to = std::move(caller_sink);
+        }
+        co_await land_outputs(site, result, std::move(patterns), std::move(to));
     }
 
     Task<bool> write(detail::CallSite& site, const std::string& name, std::string content,
@@ -215,14 +259,36 @@ struct CodeActTool::Impl {
         co_return false;
     }
 
-    Task<void> land_outputs(detail::CallSite& site, ToolResult& result) {
+    Task<void> land_outputs(detail::CallSite& site, ToolResult& result,
+                            std::vector<std::string> patterns, std::optional<OutputSink> to) {
         // Outputs are named relative to the call directory, where the program ran.
         auto fields = binding.spec.fields();
         fields.work_dir = site.call_path;
         std::exception_ptr error;
         try {
-            auto landed =
-                co_await collect_outputs(*site.sandbox, SandboxSpec(std::move(fields)), sink);
+            std::vector<DeclaredOutput> named;
+            if (!patterns.empty()) {
+                // One more than the cap is enough for collect_outputs to refuse the count.
+                auto matches = co_await detail::match_output_patterns(
+                    *site.sandbox, site.call_path, std::move(patterns),
+                    static_cast<std::size_t>(binding.spec->files_out.max_files));
+                result.unmatched_outputs = std::move(matches.unmatched);
+                for (auto& name : matches.names) {
+                    // A declared output the pattern matched too is collected once, as declared.
+                    const auto declared = std::find_if(
+                        config.outputs.begin(), config.outputs.end(),
+                        [&](const DeclaredOutput& output) { return output.path == name; });
+                    if (declared != config.outputs.end()) {
+                        continue;
+                    }
+                    DeclaredOutput output;
+                    output.path = std::move(name);
+                    output.required = false;
+                    named.push_back(std::move(output));
+                }
+            }
+            auto landed = co_await collect_outputs(*site.sandbox, SandboxSpec(std::move(fields)),
+                                                   std::move(to), std::move(named));
             for (auto& artifact : landed) {
                 result.landed.push_back(std::move(artifact.display));
             }
@@ -255,7 +321,7 @@ CodeActTool::CodeActTool(std::shared_ptr<SandboxRouter> router, CodeActConfig co
     if (!impl_->store) {
         impl_->store = std::make_shared<FileStore>();
     }
-    if (spec_lands_artifacts(impl_->binding.spec) && !impl_->sink) {
+    if (!landing_outputs(impl_->binding.spec).empty() && !impl_->sink) {
         throw missing_sink_refusal(impl_->binding.spec, kCodeActToolName);
     }
     impl_->binding.router->ensure_can_serve(impl_->binding.spec);
@@ -286,11 +352,13 @@ Task<ToolResult> CodeActTool::execute_code(CallerContext caller, CodeActArgument
     if (auto refusal = impl_->refuse_inputs(arguments, names)) {
         co_return std::move(*refusal);
     }
+    auto patterns = impl_->config.output_patterns;
+    patterns.insert(patterns.end(), arguments.outputs.begin(), arguments.outputs.end());
     auto* impl = impl_.get();
     detail::CallBody body = [impl, code = std::move(arguments.code), names = std::move(names),
-                             progress,
+                             patterns = std::move(patterns), sink = caller.output_sink, progress,
                              output = caller.output](detail::CallSite& site, ToolResult& result) {
-        return impl->run(site, result, code, names, progress, output);
+        return impl->run(site, result, code, names, patterns, sink, progress, output);
     };
     co_return co_await detail::run_in_call_directory(impl_->binding, std::move(*key),
                                                      std::move(body), progress, caller.allowance);

@@ -43,24 +43,6 @@ constexpr const char* kCallFailed =
     "(the "
     "reason is in the server's log).";
 
-std::string acquire_sentence(const std::exception_ptr& error) {
-    try {
-        std::rethrow_exception(error);
-    } catch (const NoSandboxBackend&) {
-        return kNoBackend;
-    } catch (const PolicyRefusal&) {
-        return kPolicyRefused;
-    } catch (const SandboxCapabilityNotSupported&) {
-        return kPolicyRefused;
-    } catch (const SandboxOsFamilyNotSupported&) {
-        return kPolicyRefused;
-    } catch (const SandboxIsolationScopeNotSupported&) {
-        return kPolicyRefused;
-    } catch (...) {
-        return kAcquireFailed;
-    }
-}
-
 bool is_cancelled(const boost::asio::cancellation_state& state) {
     return state.cancelled() != boost::asio::cancellation_type::none;
 }
@@ -164,6 +146,28 @@ ToolResult failed(const KindBinding& binding, CallFailure failure, std::string m
     return result;
 }
 
+std::string acquire_sentence(const std::exception_ptr& error) {
+    try {
+        std::rethrow_exception(error);
+    } catch (const NoSandboxBackend&) {
+        return kNoBackend;
+    } catch (const PolicyRefusal&) {
+        return kPolicyRefused;
+    } catch (const SandboxCapabilityNotSupported&) {
+        return kPolicyRefused;
+    } catch (const SandboxOsFamilyNotSupported&) {
+        return kPolicyRefused;
+    } catch (const SandboxIsolationScopeNotSupported&) {
+        return kPolicyRefused;
+    } catch (...) {
+        return kAcquireFailed;
+    }
+}
+
+ToolResult over_allowance_refusal(const KindBinding& binding, std::size_t cap) {
+    return failed(binding, CallFailure::refused, fmt::format(fmt::runtime(kOverAllowance), cap));
+}
+
 std::optional<SandboxKey> key_for(const CallerContext& caller) {
     if (!caller.thread_id || caller.thread_id->empty()) {
         return std::nullopt;
@@ -194,8 +198,7 @@ Task<ToolResult> run_in_call_directory(const KindBinding& binding, SandboxKey ke
         if (!claim) {
             binding.log->warn("{}: refused a call: its session already holds {} sandbox(es)",
                               binding.tool_name, allowance->cap());
-            co_return failed(binding, CallFailure::refused,
-                             fmt::format(fmt::runtime(kOverAllowance), allowance->cap()));
+            co_return over_allowance_refusal(binding, allowance->cap());
         }
     }
 

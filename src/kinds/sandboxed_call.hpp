@@ -50,6 +50,12 @@ ToolResult failed(const KindBinding& binding, CallFailure failure, std::string m
 std::optional<SandboxKey> key_for(const CallerContext& caller);
 ToolResult unbound_call_refusal(const KindBinding& binding);
 
+// The fixed sentence for a failed acquire (policy refusals, no backend, a backend failure).
+std::string acquire_sentence(const std::exception_ptr& error);
+
+// The refusal for a call that would hold more than the caller's `cap` sandboxes.
+ToolResult over_allowance_refusal(const KindBinding& binding, std::size_t cap);
+
 using CallBody = std::function<Task<void>(CallSite&, ToolResult&)>;
 
 // Allocates the call directory, acquires (failures become fixed sentences, details to the log),

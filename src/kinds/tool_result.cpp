@@ -49,6 +49,12 @@ std::string ToolResult::text() const {
             text += fmt::format("  {}\n", line);
         }
     }
+    if (!unmatched_outputs.empty()) {
+        text += "no file matched these outputs:\n";
+        for (const auto& pattern : unmatched_outputs) {
+            text += fmt::format("  {}\n", pattern);
+        }
+    }
     text += fmt::format("[sandbox: backend {}, isolation {}, egress {}]", provenance.backend,
                         to_string(provenance.isolation), to_string(provenance.egress));
     return text;

@@ -17,10 +17,14 @@
 #include <chrono>
 #include <map>
 
+#include "call_outputs.hpp"
+#include "file_tools.hpp"
 #include "maf_sandbox/core/errors.hpp"
 #include "maf_sandbox/core/random_id.hpp"
+#include "maf_sandbox/kinds/conversation_files.hpp"
 #include "maf_sandbox/kinds/sandbox_allowance.hpp"
 #include "progress.hpp"
+#include "session_resources.hpp"
 #include "tools.hpp"
 
 namespace maf_sandbox::mcp {
@@ -36,6 +40,8 @@ constexpr int kInvalidRequest = -32600;
 constexpr int kMethodNotFound = -32601;
 constexpr int kInvalidParams = -32602;
 constexpr int kInternalError = -32603;
+// MCP's code for a resources/read of a URI the server does not hold.
+constexpr int kResourceNotFound = -32002;
 
 constexpr const char* kServerFailure =
     "The sandbox server failed while handling this call. Try again; if it keeps failing, ask the "
@@ -112,6 +118,14 @@ struct McpServer::Impl {
     std::shared_ptr<kinds::CodeActTool> codeact;
     std::shared_ptr<kinds::ShellTool> shell;
     std::shared_ptr<spdlog::logger> log;
+    // upload_file and download_file, into execute_code's sandbox; null when not offered.
+    std::shared_ptr<kinds::ConversationFiles> files;
+
+    bool offers(const std::string& tool) const {
+        return (tool == kinds::kCodeActToolName && codeact) ||
+               (tool == kinds::kShellToolName && shell) ||
+               ((tool == kinds::kUploadToolName || tool == kinds::kDownloadToolName) && files);
+    }
 
     json::object tools_list(std::string_view version) const {
         json::array tools;
@@ -120,6 +134,10 @@ struct McpServer::Impl {
         }
         if (shell) {
             tools.push_back(detail::run_shell_definition(*shell, version));
+        }
+        if (files) {
+            tools.push_back(detail::upload_file_definition(*files, version));
+            tools.push_back(detail::download_file_definition(*files, version));
         }
         return json::object{{"tools", std::move(tools)}};
     }
@@ -134,6 +152,8 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
     MessageSink sink;
     // The sandboxes this session holds, capped at config.max_session_sandboxes.
     std::shared_ptr<kinds::SandboxAllowance> allowance;
+    // The files this session's calls returned, for resources/list and resources/read.
+    std::shared_ptr<detail::SessionResources> resources;
     // Each call in flight waits on its trigger alongside the tool; cancelling the trigger wins
     // the race and cancels the tool, which still runs its cleanup.
     std::map<std::string, std::shared_ptr<asio::steady_timer>> in_flight;
@@ -178,9 +198,14 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
                                    config.progress_message_bytes});
     }
 
-    kinds::CallerContext caller(const std::shared_ptr<detail::ProgressPump>& pump) const {
-        kinds::CallerContext context{
-            server->config.scope, key_thread(), server->config.agent_dir, allowance, {}};
+    // The pump, when the call has one, hears the program's output as it comes (streaming
+    // backends only); uploads and downloads run no program and pass none.
+    kinds::CallerContext caller(const std::shared_ptr<detail::ProgressPump>& pump = nullptr) const {
+        kinds::CallerContext context;
+        context.scope = server->config.scope;
+        context.thread_id = key_thread();
+        context.agent_dir = server->config.agent_dir;
+        context.allowance = allowance;
         if (pump) {
             context.output = [pump](ExecStreamName stream, std::string_view bytes) {
                 pump->output(stream, bytes);
@@ -206,10 +231,30 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
         try {
             if (name == kinds::kCodeActToolName) {
                 auto parsed = detail::parse_execute_code(&arguments);
+                auto outputs = std::make_shared<detail::CallOutputs>(
+                    detail::CallOutputsOptions{server->config.out_dir, id,
+                                               server->config.max_inline_image_bytes},
+                    resources);
+                auto context = caller(pump);
+                context.output_sink = outputs->sink();
                 auto result = co_await server->codeact->execute_code(
-                    caller(pump), std::move(std::get<kinds::CodeActArguments>(parsed)),
+                    std::move(context), std::move(std::get<kinds::CodeActArguments>(parsed)),
                     std::move(progress));
-                co_return detail::call_result(result, version);
+                auto reply = detail::call_result(result, version);
+                outputs->append_to(reply, version);
+                co_return reply;
+            }
+            if (name == kinds::kUploadToolName) {
+                auto parsed =
+                    std::get<detail::UploadArguments>(detail::parse_upload_file(&arguments));
+                auto result = co_await server->files->upload(caller(), parsed.path,
+                                                             std::move(parsed.content));
+                co_return detail::file_call_result(result, parsed.path, false, version);
+            }
+            if (name == kinds::kDownloadToolName) {
+                auto path = std::get<std::string>(detail::parse_download_file(&arguments));
+                auto result = co_await server->files->download(caller(), path);
+                co_return detail::file_call_result(result, path, true, version);
             }
             auto command = detail::parse_run_shell(&arguments);
             auto result = co_await server->shell->run_shell(
@@ -234,9 +279,7 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
                                      "tools/call needs 'name', the tool to call, as a string");
         }
         const std::string tool(name->get_string());
-        const bool offered = (tool == kinds::kCodeActToolName && server->codeact) ||
-                             (tool == kinds::kShellToolName && server->shell);
-        if (!offered) {
+        if (!server->offers(tool)) {
             co_return error_response(request_id, kInvalidParams,
                                      fmt::format("Unknown tool: {}", tool.substr(0, 120)));
         }
@@ -247,6 +290,16 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
         // Arguments are checked before anything runs, so a bad call costs no sandbox.
         if (tool == kinds::kCodeActToolName) {
             auto parsed = detail::parse_execute_code(&arguments);
+            if (auto* invalid = std::get_if<detail::InvalidParams>(&parsed)) {
+                co_return error_response(request_id, kInvalidParams, invalid->message);
+            }
+        } else if (tool == kinds::kUploadToolName) {
+            auto parsed = detail::parse_upload_file(&arguments);
+            if (auto* invalid = std::get_if<detail::InvalidParams>(&parsed)) {
+                co_return error_response(request_id, kInvalidParams, invalid->message);
+            }
+        } else if (tool == kinds::kDownloadToolName) {
+            auto parsed = detail::parse_download_file(&arguments);
             if (auto* invalid = std::get_if<detail::InvalidParams>(&parsed)) {
                 co_return error_response(request_id, kInvalidParams, invalid->message);
             }
@@ -305,7 +358,9 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
             version = negotiate_protocol_version(requested->get_string());
             json::object result;
             result["protocolVersion"] = version;
-            result["capabilities"] = json::object{{"tools", json::object{{"listChanged", false}}}};
+            result["capabilities"] = json::object{
+                {"tools", json::object{{"listChanged", false}}},
+                {"resources", json::object{{"subscribe", false}, {"listChanged", false}}}};
             result["serverInfo"] = json::object{{"name", server->config.server_name},
                                                 {"version", server->config.server_version}};
             result["instructions"] =
@@ -324,8 +379,34 @@ struct McpSession::Impl : std::enable_shared_from_this<McpSession::Impl> {
             co_return co_await call_tool(std::move(request_id), std::move(params),
                                          std::move(related));
         }
+        if (method == "resources/list") {
+            co_return response(request_id, resources->list());
+        }
+        if (method == "resources/templates/list") {
+            co_return response(request_id, json::object{{"resourceTemplates", json::array{}}});
+        }
+        if (method == "resources/read") {
+            co_return read_resource(request_id, params);
+        }
         co_return error_response(request_id, kMethodNotFound,
                                  fmt::format("Method not found: {}", method.substr(0, 120)));
+    }
+
+    std::string read_resource(const json::value& request_id, const json::object& params) const {
+        const auto* uri = params.if_contains("uri");
+        if (uri == nullptr || !uri->is_string()) {
+            return error_response(request_id, kInvalidParams,
+                                  "resources/read needs 'uri', a URI from a tool result, as a "
+                                  "string");
+        }
+        const auto* found = resources->find(uri->get_string());
+        if (found == nullptr) {
+            return error_response(
+                request_id, kResourceNotFound,
+                "Resource not found: this session holds no file at that URI (URIs belong to the "
+                "session whose call returned them, and the oldest files go past its byte budget)");
+        }
+        return response(request_id, detail::SessionResources::read_result(*found));
     }
 
     std::string effective_version() const {
@@ -495,7 +576,7 @@ McpServer::McpServer(McpServerConfig config, std::shared_ptr<SandboxRouter> rout
                      std::shared_ptr<kinds::CodeActTool> codeact,
                      std::shared_ptr<kinds::ShellTool> shell, std::shared_ptr<spdlog::logger> log)
     : impl_(std::make_shared<Impl>(Impl{std::move(config), std::move(router), std::move(codeact),
-                                        std::move(shell), std::move(log)})) {
+                                        std::move(shell), std::move(log), nullptr})) {
     if (!impl_->router) {
         throw InvalidArgument("the MCP server needs a router to dispose sessions' sandboxes");
     }
@@ -513,6 +594,13 @@ McpServer::McpServer(McpServerConfig config, std::shared_ptr<SandboxRouter> rout
             "the progress interval and heartbeat must be positive and progress_message_bytes at "
             "least 128");
     }
+    if (impl_->codeact && impl_->config.file_tools) {
+        auto files = std::make_shared<kinds::ConversationFiles>(impl_->router,
+                                                                impl_->codeact->spec(), impl_->log);
+        if (files->keeps_files()) {
+            impl_->files = std::move(files);
+        }
+    }
 }
 
 McpServer::~McpServer() = default;
@@ -527,6 +615,8 @@ std::shared_ptr<McpSession> McpServer::open_session(std::string session_id) {
     impl->id = session_id.empty() ? new_session_id() : std::move(session_id);
     impl->allowance =
         std::make_shared<kinds::SandboxAllowance>(impl_->config.max_session_sandboxes);
+    impl->resources =
+        std::make_shared<detail::SessionResources>(impl_->config.max_session_resource_bytes);
     impl_->log->info("session {} opened", impl->id);
     return std::shared_ptr<McpSession>(new McpSession(std::move(impl)));
 }

@@ -15,29 +15,6 @@ bool has_structured_content(std::string_view protocol_version) {
     return protocol_version >= std::string_view("2025-06-18");
 }
 
-std::string egress_phrase(const SandboxSpec& spec) {
-    switch (spec->egress) {
-        case Egress::closed:
-            return "egress closed: no network access";
-        case Egress::allowlist: {
-            std::string hosts;
-            for (const auto& host : spec->egress_allow) {
-                hosts += hosts.empty() ? "" : ", ";
-                hosts += host;
-            }
-            return fmt::format("egress allowlist: only {} reachable", hosts);
-        }
-        case Egress::unrestricted:
-            return "egress unrestricted";
-    }
-    return "egress unknown";
-}
-
-std::string sandbox_phrase(const kinds::ResultProvenance& provenance, const SandboxSpec& spec) {
-    return fmt::format("backend {}, isolation {}, {}", provenance.backend,
-                       to_string(provenance.isolation), egress_phrase(spec));
-}
-
 json::object annotations(std::string title, const SandboxSpec& spec) {
     json::object hints;
     hints["title"] = std::move(title);
@@ -62,6 +39,13 @@ json::object output_schema() {
     properties["error"] = string_type;
     properties["dropped_bytes"] = json::object{{"type", "integer"}};
     properties["sandbox_replaced"] = json::object{{"type", "boolean"}};
+    json::object output_file{{"type", "object"}};
+    output_file["properties"] = json::object{{"name", string_type},
+                                             {"mimeType", string_type},
+                                             {"size", json::object{{"type", "integer"}}},
+                                             {"uri", string_type},
+                                             {"landed_as", string_type}};
+    properties["outputs"] = json::object{{"type", "array"}, {"items", std::move(output_file)}};
     json::object schema;
     schema["type"] = "object";
     schema["properties"] = std::move(properties);
@@ -102,6 +86,29 @@ std::optional<InvalidParams> unknown_member(const json::object& arguments,
 
 }  // namespace
 
+static std::string egress_phrase(const SandboxSpec& spec) {
+    switch (spec->egress) {
+        case Egress::closed:
+            return "egress closed: no network access";
+        case Egress::allowlist: {
+            std::string hosts;
+            for (const auto& host : spec->egress_allow) {
+                hosts += hosts.empty() ? "" : ", ";
+                hosts += host;
+            }
+            return fmt::format("egress allowlist: only {} reachable", hosts);
+        }
+        case Egress::unrestricted:
+            return "egress unrestricted";
+    }
+    return "egress unknown";
+}
+
+std::string sandbox_phrase(const kinds::ResultProvenance& provenance, const SandboxSpec& spec) {
+    return fmt::format("backend {}, isolation {}, {}", provenance.backend,
+                       to_string(provenance.isolation), egress_phrase(spec));
+}
+
 json::object execute_code_definition(const kinds::CodeActTool& tool,
                                      std::string_view protocol_version) {
     std::string description = fmt::format(
@@ -114,14 +121,31 @@ json::object execute_code_definition(const kinds::CodeActTool& tool,
     description +=
         " input_files copies files from the host's file store into the working directory under "
         "the same names; a name the store does not list is refused.";
-    if (!tool.config().outputs.empty()) {
-        std::string names;
-        for (const auto& output : tool.config().outputs) {
-            names += names.empty() ? "" : ", ";
-            names += output.path;
-        }
+    std::string names;
+    for (const auto& output : tool.config().outputs) {
+        names += names.empty() ? "" : ", ";
+        names += output.path;
+    }
+    for (const auto& pattern : tool.config().output_patterns) {
+        names += names.empty() ? "" : ", ";
+        names += pattern;
+    }
+    if (!names.empty()) {
         description += fmt::format(
-            " To return files to the host, write them in the working directory as: {}.", names);
+            " Files the program writes in its working directory matching {} are returned.", names);
+    }
+    const auto& caps = tool.spec()->files_out;
+    if (tool.config().outputs_per_call) {
+        description += fmt::format(
+            " 'outputs' names more files to return, by name or glob relative to the working "
+            "directory (e.g. [\"*.png\", \"out.csv\"]); links are not followed.");
+    }
+    if (!names.empty() || tool.config().outputs_per_call) {
+        description += fmt::format(
+            " Returned files come back after a successful run: images (png, jpeg, gif, webp, "
+            "svg) as image content, every file as a resource link readable with resources/read; "
+            "at most {} files, {} bytes each and {} bytes per call, else none is returned.",
+            caps.max_files, caps.max_bytes_per_file, caps.max_total_bytes);
     }
     json::object properties;
     properties["code"] =
@@ -131,6 +155,14 @@ json::object execute_code_definition(const kinds::CodeActTool& tool,
         {"items", json::object{{"type", "string"}}},
         {"description",
          "Names of files in the host's file store to copy into the working directory."}};
+    if (tool.config().outputs_per_call) {
+        properties["outputs"] = json::object{
+            {"type", "array"},
+            {"items", json::object{{"type", "string"}}},
+            {"description",
+             "Names or globs (*, ?, [...]) of files the program writes in its working directory "
+             "to return, e.g. [\"*.png\", \"out.csv\"]."}};
+    }
     json::object schema;
     schema["type"] = "object";
     schema["properties"] = std::move(properties);
@@ -166,8 +198,8 @@ std::variant<kinds::CodeActArguments, InvalidParams> parse_execute_code(
         return InvalidParams{"execute_code needs an arguments object with a string 'code'"};
     }
     const auto& object = arguments->get_object();
-    if (auto unknown = unknown_member(object, {"code", "input_files"}, "execute_code",
-                                      "'code' and 'input_files'")) {
+    if (auto unknown = unknown_member(object, {"code", "input_files", "outputs"}, "execute_code",
+                                      "'code', 'input_files' and 'outputs'")) {
         return *unknown;
     }
     kinds::CodeActArguments parsed;
@@ -185,6 +217,17 @@ std::variant<kinds::CodeActArguments, InvalidParams> parse_execute_code(
                 return InvalidParams{"'input_files' must be a list of file names (strings)"};
             }
             parsed.input_files.emplace_back(name.get_string());
+        }
+    }
+    if (const auto* outputs = object.if_contains("outputs"); outputs && !outputs->is_null()) {
+        if (!outputs->is_array()) {
+            return InvalidParams{"'outputs' must be a list of file names or globs"};
+        }
+        for (const auto& name : outputs->get_array()) {
+            if (!name.is_string()) {
+                return InvalidParams{"'outputs' must be a list of file names or globs (strings)"};
+            }
+            parsed.outputs.emplace_back(name.get_string());
         }
     }
     return parsed;

@@ -19,6 +19,9 @@ struct InvalidParams {
     std::string message;
 };
 
+// "backend B, isolation I, egress ...": what every tool description states.
+std::string sandbox_phrase(const kinds::ResultProvenance& provenance, const SandboxSpec& spec);
+
 boost::json::object execute_code_definition(const kinds::CodeActTool& tool,
                                             std::string_view protocol_version);
 boost::json::object run_shell_definition(const kinds::ShellTool& tool,

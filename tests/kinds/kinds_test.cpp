@@ -81,7 +81,8 @@ class KindsTest : public ::testing::Test {
         return names;
     }
 
-    CallerContext caller_{"tenant-a", std::string("thread-1"), "agent-x", nullptr, {}};
+    CallerContext caller_{"tenant-a",  std::string("thread-1"), "agent-x", nullptr, {},
+                          std::nullopt};
     TempDir store_dir_;
     TempDir out_dir_;
     std::ostringstream log_text_;
@@ -96,7 +97,8 @@ TEST_F(KindsTest, CodeActRunsTheProgramWithAListedInputFile) {
     auto result = run_blocking(tool.execute_code(
         caller_, {"import sys\nprint(sum(int(l) for l in open('data/numbers.csv')))\n"
                   "print('warn', file=sys.stderr)\n",
-                  {"data/numbers.csv"}}));
+                  {"data/numbers.csv"},
+                  {}}));
     ASSERT_FALSE(result.is_error()) << result.message;
     ASSERT_TRUE(result.program);
     EXPECT_EQ(result.program->exit_code, 0);
@@ -114,7 +116,7 @@ TEST_F(KindsTest, CodeActRefusesANameAbsentFromTheStoreListingBeforeAcquiring) {
     // A file outside the store that exists on the host is still not in the listing.
     auto tool = codeact();
     for (const std::string name : {"absent.txt", "../present.txt", "/etc/passwd", "present.txt/"}) {
-        auto result = run_blocking(tool.execute_code(caller_, {"print(1)", {name}}));
+        auto result = run_blocking(tool.execute_code(caller_, {"print(1)", {name}, {}}));
         EXPECT_EQ(result.failure, CallFailure::refused) << name;
         EXPECT_NE(result.message.find("is not in the file store"), std::string::npos) << name;
         EXPECT_NE(result.message.find("present.txt"), std::string::npos) << name;
@@ -124,7 +126,7 @@ TEST_F(KindsTest, CodeActRefusesANameAbsentFromTheStoreListingBeforeAcquiring) {
 
 TEST_F(KindsTest, CodeActWithNoStoreRefusesEveryInputName) {
     CodeActTool tool(router_, {}, nullptr, std::nullopt, log_);
-    auto result = run_blocking(tool.execute_code(caller_, {"print(1)", {"anything.csv"}}));
+    auto result = run_blocking(tool.execute_code(caller_, {"print(1)", {"anything.csv"}, {}}));
     EXPECT_EQ(result.failure, CallFailure::refused);
     EXPECT_NE(result.message.find("'anything.csv' is not in the file store"), std::string::npos);
     EXPECT_NE(result.message.find("The file store is empty"), std::string::npos);
@@ -145,8 +147,8 @@ TEST_F(KindsTest, CodeActLandsDeclaredOutputsInTheSink) {
                                             "application/json", true, std::nullopt});
     auto tool = codeact(config, make_file_system_sink(out_dir_.path()));
     EXPECT_TRUE(tool.spec()->requires_capabilities.count(Capability::files_out));
-    auto result = run_blocking(
-        tool.execute_code(caller_, {"open('summary.json','w').write('{\"total\": 42}')\n", {}}));
+    auto result = run_blocking(tool.execute_code(
+        caller_, {"open('summary.json','w').write('{\"total\": 42}')\n", {}, {}}));
     ASSERT_FALSE(result.is_error()) << result.message;
     ASSERT_EQ(result.landed.size(), 1u);
     EXPECT_EQ(result.landed[0], "summary.json (13 bytes)");
@@ -155,6 +157,38 @@ TEST_F(KindsTest, CodeActLandsDeclaredOutputsInTheSink) {
     EXPECT_EQ(content, "{\"total\": 42}");
     // The host path of the landing never reaches the model.
     EXPECT_EQ(result.text().find(out_dir_.path().string()), std::string::npos);
+}
+
+TEST_F(KindsTest, CodeActLandsHostAndCallPatternsOnceEachBesideDeclaredOutputs) {
+    CodeActConfig config;
+    config.outputs.push_back(DeclaredOutput{"summary.json", OutputDisposition::land,
+                                            "application/json", true, std::nullopt});
+    config.output_patterns = {"*.json"};
+    config.outputs_per_call = true;
+    auto tool = codeact(config, make_file_system_sink(out_dir_.path()));
+    EXPECT_TRUE(tool.spec()->outputs_named_at_call_time);
+    auto result = run_blocking(tool.execute_code(
+        caller_, {"import os\nopen('summary.json','w').write('{}')\n"
+                  "open('extra.json','w').write('[]')\nos.mkdir('d')\n"
+                  "open('d/t.csv','w').write('a')\nos.symlink('/etc/passwd', 'p.csv')\n",
+                  {},
+                  {"d/*.csv", "*.csv", "absent.txt"}}));
+    ASSERT_FALSE(result.is_error()) << result.message;
+    // summary.json once (declared, also matched by *.json), extra.json and d/t.csv; the link
+    // p.csv is never matched.
+    EXPECT_EQ(result.landed,
+              (std::vector<std::string>{"summary.json (2 bytes)", "d/t.csv (1 bytes)",
+                                        "extra.json (2 bytes)"}));
+    EXPECT_EQ(result.unmatched_outputs, (std::vector<std::string>{"*.csv", "absent.txt"}));
+    EXPECT_TRUE(std::filesystem::is_regular_file(out_dir_.path() / "d" / "t.csv"));
+}
+
+TEST_F(KindsTest, CodeActRefusesOutputsPerCallUnlessTheHostTakesThem) {
+    auto tool = codeact();
+    auto result = run_blocking(tool.execute_code(caller_, {"print(1)", {}, {"*.png"}}));
+    EXPECT_EQ(result.failure, CallFailure::refused);
+    EXPECT_FALSE(result.program);
+    EXPECT_TRUE(backend_->acquired.empty());
 }
 
 TEST_F(KindsTest, CodeActDeclaredOutputsWithoutASinkAreRefusedAtAttach) {
@@ -167,7 +201,7 @@ TEST_F(KindsTest, CodeActMissingDeclaredOutputIsAFixedSentence) {
     CodeActConfig config;
     config.outputs.push_back(declared("summary.json"));
     auto tool = codeact(config, make_file_system_sink(out_dir_.path()));
-    auto result = run_blocking(tool.execute_code(caller_, {"print('no file')", {}}));
+    auto result = run_blocking(tool.execute_code(caller_, {"print('no file')", {}, {}}));
     EXPECT_EQ(result.failure, CallFailure::refused);
     EXPECT_NE(result.message.find("did not write every declared output"), std::string::npos);
     ASSERT_TRUE(result.program);
@@ -180,7 +214,7 @@ TEST_F(KindsTest, CodeActOverCapOutputIsRefusedWithTheHeadAndTheDroppedCount) {
     config.sandbox.timeout = Seconds{10.0};
     auto tool = codeact(config);
     auto result = run_blocking(
-        tool.execute_code(caller_, {"import sys\nsys.stdout.write('x' * 5000)\n", {}}));
+        tool.execute_code(caller_, {"import sys\nsys.stdout.write('x' * 5000)\n", {}, {}}));
     ASSERT_EQ(result.failure, CallFailure::output_over_cap) << result.message;
     ASSERT_TRUE(result.program);
     EXPECT_LE(result.program->stdout_text.size(), 1000u);
@@ -194,7 +228,7 @@ TEST_F(KindsTest, CodeActOverCapOutputIsRefusedWithTheHeadAndTheDroppedCount) {
 TEST_F(KindsTest, CodeActFailingProgramIsANormalResultAndItsCallDirectoryIsReclaimed) {
     auto tool = codeact();
     auto result = run_blocking(tool.execute_code(
-        caller_, {"open('scratch.txt','w').write('x')\nraise SystemExit(3)\n", {}}));
+        caller_, {"open('scratch.txt','w').write('x')\nraise SystemExit(3)\n", {}, {}}));
     EXPECT_FALSE(result.is_error());
     ASSERT_TRUE(result.program);
     EXPECT_EQ(result.program->exit_code, 3);
@@ -208,7 +242,7 @@ TEST_F(KindsTest, CodeActTimeoutIsAFixedSentenceAndStillCleansUp) {
     config.sandbox.timeout = Seconds{0.5};
     auto tool = codeact(config);
     auto result = run_blocking(tool.execute_code(
-        caller_, {"open('a','w').write('x')\nimport time\ntime.sleep(30)\n", {}}));
+        caller_, {"open('a','w').write('x')\nimport time\ntime.sleep(30)\n", {}, {}}));
     EXPECT_EQ(result.failure, CallFailure::timed_out);
     EXPECT_NE(result.message.find("did not finish within 0.5 seconds"), std::string::npos);
     EXPECT_TRUE(leftovers("codeact").empty());
@@ -220,6 +254,7 @@ TEST_F(KindsTest, ConversationSandboxOnABackendWithoutReclaimSurvivesTheCallItsG
     auto result = run_blocking(tool.execute_code(
         caller_, {"open('scratch.txt','w').write('x')\nopen('../kept.txt','w').write('y')\n"
                   "raise RuntimeError('boom')",
+                  {},
                   {}}));
     ASSERT_TRUE(result.program);
     EXPECT_NE(result.program->exit_code, 0);
@@ -234,7 +269,7 @@ TEST_F(KindsTest, CallScopedSandboxOnABackendWithoutReclaimIsDisposedInTheFinall
     CodeActConfig config;
     config.sandbox.isolation_scope = IsolationScope::call;
     auto tool = codeact(config);
-    auto result = run_blocking(tool.execute_code(caller_, {"raise RuntimeError('boom')", {}}));
+    auto result = run_blocking(tool.execute_code(caller_, {"raise RuntimeError('boom')", {}, {}}));
     ASSERT_TRUE(result.program);
     EXPECT_NE(result.program->exit_code, 0);
     ASSERT_FALSE(backend_->disposed.empty());
@@ -246,7 +281,7 @@ TEST_F(KindsTest, CallScopedSandboxIsDisposedWhenTheCallEnds) {
     CodeActConfig config;
     config.sandbox.isolation_scope = IsolationScope::call;
     auto tool = codeact(config);
-    auto result = run_blocking(tool.execute_code(caller_, {"print('hi')", {}}));
+    auto result = run_blocking(tool.execute_code(caller_, {"print('hi')", {}, {}}));
     ASSERT_FALSE(result.is_error()) << result.message;
     EXPECT_TRUE(backend_->live.empty());
     ASSERT_FALSE(backend_->disposed.empty());
@@ -260,7 +295,7 @@ TEST_F(KindsTest, CancelledCallIsCleanedUpBeforeTheCancellationPropagates) {
     auto race = [&]() -> Task<bool> {
         boost::asio::steady_timer timer(io, std::chrono::milliseconds(500));
         // Named, not temporaries: g++ 12 destroys temporaries of a co_await operand twice.
-        CodeActArguments arguments{"open('a','w').write('x')\nimport time\ntime.sleep(30)", {}};
+        CodeActArguments arguments{"open('a','w').write('x')\nimport time\ntime.sleep(30)", {}, {}};
         auto call = tool.execute_code(caller_, std::move(arguments));
         auto outcome = co_await (std::move(call) || timer.async_wait(boost::asio::use_awaitable));
         co_return outcome.index() == 1;
@@ -273,8 +308,8 @@ TEST_F(KindsTest, CancelledCallIsCleanedUpBeforeTheCancellationPropagates) {
 
 TEST_F(KindsTest, CallWithNoThreadIsRefusedWithAFixedSentence) {
     auto tool = codeact();
-    CallerContext unbound{"tenant-a", std::nullopt, "agent-x", nullptr, {}};
-    auto result = run_blocking(tool.execute_code(unbound, {"print(1)", {}}));
+    CallerContext unbound{"tenant-a", std::nullopt, "agent-x", nullptr, {}, std::nullopt};
+    auto result = run_blocking(tool.execute_code(unbound, {"print(1)", {}, {}}));
     EXPECT_EQ(result.failure, CallFailure::refused);
     EXPECT_EQ(result.message,
               "This call is not bound to a conversation, so no sandbox can be chosen for it. Call "
@@ -286,9 +321,9 @@ TEST_F(KindsTest, TheKeyComesFromTheHostContextNeverFromArguments) {
     auto tool = codeact();
     // Arguments that look like key material change nothing: the arguments type has no key fields.
     static_assert(sizeof(CodeActArguments) ==
-                  sizeof(std::string) + sizeof(std::vector<std::string>));
-    run_blocking(
-        tool.execute_code(caller_, {"# scope=evil thread_id=evil agent_dir=evil\nprint(1)", {}}));
+                  sizeof(std::string) + 2 * sizeof(std::vector<std::string>));
+    run_blocking(tool.execute_code(
+        caller_, {"# scope=evil thread_id=evil agent_dir=evil\nprint(1)", {}, {}}));
     ASSERT_EQ(backend_->acquired.size(), 1u);
     const auto& key = backend_->acquired[0].first;
     EXPECT_EQ(key.scope, "tenant-a");
@@ -356,7 +391,8 @@ TEST_F(KindsTest, AHostCallScopeFloorKeysEachCallEvenWhenTheKindAsksForConversat
 
 TEST_F(KindsTest, CodeActRunsPythonFromItsOwnCallDirectoryWithFixedArgv) {
     auto tool = codeact();
-    auto result = run_blocking(tool.execute_code(caller_, {"import os\nprint(os.getcwd())", {}}));
+    auto result =
+        run_blocking(tool.execute_code(caller_, {"import os\nprint(os.getcwd())", {}, {}}));
     ASSERT_TRUE(result.program) << result.message;
     const auto cwd = result.program->stdout_text.substr(0, result.program->stdout_text.size() - 1);
     const fs::path path(cwd);
@@ -368,7 +404,7 @@ TEST_F(KindsTest, InfrastructureFailureIsAFixedSentenceAndTheDetailGoesOnlyToThe
         "failing", true, true,
         std::make_exception_ptr(SystemError(13, "creating /srv/secret/tenant-1234 for sandbox"))});
     auto tool = codeact();
-    auto result = run_blocking(tool.execute_code(caller_, {"print(1)", {}}));
+    auto result = run_blocking(tool.execute_code(caller_, {"print(1)", {}, {}}));
     EXPECT_EQ(result.failure, CallFailure::infrastructure);
     EXPECT_EQ(result.text().find("/srv/secret"), std::string::npos);
     EXPECT_NE(result.message.find("the backend could not provide one"), std::string::npos);

@@ -105,7 +105,7 @@ TEST_F(McpServerTest, ToolsListCarriesSchemasAnnotationsAndTheRungAndEgressInFor
     initialize();
     auto reply = handle(R"({"jsonrpc":"2.0","id":1,"method":"tools/list"})");
     const auto& tools = reply.at("result").at("tools").as_array();
-    ASSERT_EQ(tools.size(), 2u);
+    ASSERT_EQ(tools.size(), 4u);
     const auto& code = tools[0].as_object();
     EXPECT_EQ(code.at("name").as_string(), "execute_code");
     EXPECT_EQ(code.at("inputSchema").at("required").as_array()[0].as_string(), "code");
@@ -125,7 +125,9 @@ TEST_F(McpServerTest, OpenWorldHintIsTrueOnlyWhenEgressIsNotClosed) {
     initialize();
     auto reply = handle(R"({"jsonrpc":"2.0","id":1,"method":"tools/list"})");
     for (const auto& tool : reply.at("result").at("tools").as_array()) {
-        EXPECT_TRUE(tool.at("annotations").at("openWorldHint").as_bool());
+        // Moving a file in or out touches only the sandbox, whatever the guest may reach.
+        const bool moves_files = tool.at("name").as_string().ends_with("_file");
+        EXPECT_EQ(tool.at("annotations").at("openWorldHint").as_bool(), !moves_files);
         EXPECT_NE(std::string(tool.at("description").as_string()).find("egress allowlist"),
                   std::string::npos);
     }
@@ -209,7 +211,7 @@ TEST_F(McpServerTest, MalformedInputGetsStructuredJsonRpcErrors) {
     EXPECT_EQ(code_of("42"), -32600);
     EXPECT_EQ(code_of(R"({"jsonrpc":"1.0","id":1,"method":"ping"})"), -32600);
     EXPECT_EQ(code_of(R"({"jsonrpc":"2.0","id":{"a":1},"method":"ping"})"), -32600);
-    EXPECT_EQ(code_of(R"({"jsonrpc":"2.0","id":1,"method":"resources/list"})"), -32601);
+    EXPECT_EQ(code_of(R"({"jsonrpc":"2.0","id":1,"method":"prompts/list"})"), -32601);
     EXPECT_EQ(code_of(R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{}})"), -32602);
     EXPECT_EQ(code_of(call("1", "rm_rf", "{}")), -32602);
     EXPECT_EQ(code_of(call("1", "execute_code", "{}")), -32602);

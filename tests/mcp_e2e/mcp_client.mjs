@@ -92,7 +92,7 @@ async function cancellation(client, log) {
 async function exercise(client, session, log) {
     const { tools } = await client.listTools();
     const names = tools.map((t) => t.name).sort();
-    assert.deepEqual(names, ['execute_code', 'run_shell']);
+    assert.deepEqual(names, ['download_file', 'execute_code', 'run_shell', 'upload_file']);
     for (const tool of tools) {
         assert.equal(tool.annotations.openWorldHint, false, `${tool.name}: egress is closed`);
         assert.match(tool.description, /isolation \w+/);

@@ -31,22 +31,33 @@ struct CodeActConfig {
     // Files the program writes in its working directory (the call directory) that land to the
     // host's output sink. Paths are literal, relative to the call directory.
     std::vector<DeclaredOutput> outputs;
+    // Names or globs (output_patterns.hpp's rules) collected after every successful call, in
+    // addition to the call's own; they land through the caller's sink (CallerContext) or the
+    // tool's. Missing matches are reported, never an error.
+    std::vector<std::string> output_patterns;
+    // Whether a call may name its own outputs (CodeActArguments::outputs).
+    bool outputs_per_call = false;
 };
 
 // What the model supplies: nothing else exists, so no argument can reach the sandbox key.
 struct CodeActArguments {
     std::string code;
     std::vector<std::string> input_files;
+    // Names or globs of files the program writes in its working directory to hand back (only
+    // when the host set CodeActConfig::outputs_per_call), capped by the spec's files_out.
+    std::vector<std::string> outputs;
 };
 
 // The spec the codeact kind asks for: kind "codeact", egress from the host's hosts (allowlist) or
-// closed, requires {exec, files_in} (+files_out when outputs are declared).
+// closed, requires {exec, files_in} (+files_out when outputs are declared or named by pattern or
+// per call, which also sets outputs_named_at_call_time).
 SandboxSpec codeact_spec(const CodeActConfig& config);
 
 class CodeActTool {
   public:
     // Builds the spec and checks it at attach time: throws SandboxOutputSinkRequired when outputs
-    // are declared without a sink, InvalidArgument for a bad setting, and whatever
+    // are declared without a sink (outputs named by pattern or per call may instead land through
+    // each caller's sink), InvalidArgument for a bad setting, and whatever
     // router->ensure_can_serve throws (a policy refusal) when the router cannot serve the spec.
     CodeActTool(std::shared_ptr<SandboxRouter> router, CodeActConfig config,
                 std::shared_ptr<const FileStore> store, std::optional<OutputSink> sink,

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "maf_sandbox/core/outputs.hpp"
 #include "maf_sandbox/core/types.hpp"
 #include "maf_sandbox/core/vocabulary.hpp"
 
@@ -36,6 +37,10 @@ struct CallerContext {
     // Where the program's output goes while it runs; only a backend that declares streaming_exec
     // delivers it (the others answer at the end, and the result carries the output either way).
     OutputObserver output;
+    // Where this call's outputs land, when the host gives each call a landing place of its own
+    // (an MCP session: one directory per call, and the files handed back to the client). Unset:
+    // the tool's own sink.
+    std::optional<OutputSink> output_sink;
 };
 
 // Lets the host classify a result: which backend ran it, at which rung, with which egress.
@@ -73,6 +78,8 @@ struct ToolResult {
     std::size_t dropped_bytes = 0;
     // One display line per landed output ("summary.json (120 bytes)"); never a host path.
     std::vector<std::string> landed;
+    // Output patterns (named by the call or the host) that matched no file the program wrote.
+    std::vector<std::string> unmatched_outputs;
     // The conversation's previous sandbox was discarded by the backend after a failure and this
     // call ran in a new one: files and processes earlier calls left are gone.
     bool sandbox_replaced = false;

@@ -3,13 +3,21 @@
 // official SDKs' clients expect). JSON-RPC 2.0 over any
 // transport: a transport opens one McpSession per MCP session and feeds it message texts.
 //
-// The tools are the kinds: `execute_code` (codeact) and `run_shell` (shell). A sandbox key's scope
-// and agent come from the server configuration and its thread is the MCP session id: no tool
-// argument can set or change it. Closing a session disposes its sandboxes.
+// The tools are the kinds: `execute_code` (codeact) and `run_shell` (shell), and with execute_code
+// `upload_file` and `download_file` (kinds::ConversationFiles) into the same sandbox. A sandbox
+// key's scope and agent come from the server configuration and its thread is the MCP session id:
+// no tool argument can set or change it. Closing a session disposes its sandboxes.
+//
+// Files an execute_code call returns (its outputs) land under `out_dir/<session>/<call>/` and
+// come back in the result: images inline as `image` content up to a cap, every file as a
+// `resource_link` to a URI the session serves through resources/read and lists in
+// resources/list. The URIs carry random tokens and end with the session.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -32,6 +40,9 @@ inline constexpr std::string_view kLatestProtocolVersion = "2025-11-25";
 
 // The default of McpServerConfig::max_session_sandboxes (`--max-session-sandboxes`).
 inline constexpr std::size_t kDefaultMaxSessionSandboxes = 8;
+// The defaults of McpServerConfig::max_inline_image_bytes and max_session_resource_bytes.
+inline constexpr std::uint64_t kDefaultMaxInlineImageBytes = 1024 * 1024;
+inline constexpr std::uint64_t kDefaultMaxSessionResourceBytes = 64 * 1024 * 1024;
 
 // Every protocol revision this server speaks, newest first.
 const std::vector<std::string>& supported_protocol_versions();
@@ -64,6 +75,17 @@ struct McpServerConfig {
     std::chrono::milliseconds progress_interval{250};
     std::chrono::milliseconds progress_heartbeat{5000};
     std::size_t progress_message_bytes = 4096;
+    // Where returned files land, each call in a fresh `<session>/<call>/` directory (`--out-dir`);
+    // unset: they are only handed back to the client.
+    std::optional<std::filesystem::path> out_dir;
+    // Images up to this many bytes come back inline as `image` content (larger ones only as a
+    // resource link).
+    std::uint64_t max_inline_image_bytes = kDefaultMaxInlineImageBytes;
+    // Bytes of returned files one session keeps for resources/read; past it the oldest go.
+    std::uint64_t max_session_resource_bytes = kDefaultMaxSessionResourceBytes;
+    // Offer upload_file and download_file alongside execute_code (not at isolation scope call,
+    // where nothing would persist between calls).
+    bool file_tools = true;
 };
 
 // Sends one JSON-RPC message text (a notification) to the session's client.
