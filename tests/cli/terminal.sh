@@ -116,6 +116,13 @@ if wait_for "python3's prompt appears on the guest's terminal" '^>>> ' 90; then
 fi
 tmux_ kill-server 2>/dev/null
 
+# -t without a terminal on this side: the guest still gets one, of its own devpts (numbered from
+# 0 whatever the host's hold), at the default size, and the program's stdout is that terminal.
+expect_run 0 "run -t gives the program a terminal of the sandbox's own devpts" -- bash -c \
+    "'$bin' run -t --floor container -- sh -c 'tty; stty size; test -t 1 && echo stdout-is-a-tty' </dev/null"
+[[ "$(tr -d '\r' <"$out")" == $'/dev/pts/0\n24 80\nstdout-is-a-tty' ]] && echo "ok: /dev/pts/0, 24x80, stdout on it" ||
+    fail "run -t printed '$(head -c 300 "$out")'"
+
 # -i without -t: stdin stays open and is forwarded as it comes (the program answers each line
 # before the next is written), and its EOF reaches the program.
 expect_run 0 "run -i forwards stdin as it comes and its EOF" -- bash -c "
