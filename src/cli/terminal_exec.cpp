@@ -1,11 +1,13 @@
 #include "terminal_exec.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/ioctl.h>
-#include <sys/signalfd.h>
 #include <termios.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -49,38 +51,51 @@ class RawTerminal {
     bool active_ = false;
 };
 
-// SIGWINCH, SIGINT, SIGTERM and SIGHUP taken off their handlers and read from a signalfd for as
-// long as this lives; the signal mask is restored after (one still pending is then delivered to
-// its handler as usual).
-class SignalReader {
+// The write end of SignalPipe's pipe, for its handler.
+std::atomic<int> signal_pipe_write{-1};
+
+void note_signal(int signal) {
+    const int saved = errno;
+    const auto number = static_cast<unsigned char>(signal);
+    [[maybe_unused]] auto written = ::write(signal_pipe_write.load(), &number, 1);
+    errno = saved;
+}
+
+// SIGWINCH, SIGINT, SIGTERM and SIGHUP caught for as long as this lives, each signal's number
+// written to a pipe the exec's loop polls; the earlier handlers are put back after. A handler,
+// not a signalfd: the CLI has threads of its own that do not block these signals, and a signal is
+// delivered to any thread that does not block it.
+class SignalPipe {
   public:
-    SignalReader() {
-        sigset_t set;
-        sigemptyset(&set);
-        for (const int signal : {SIGWINCH, SIGINT, SIGTERM, SIGHUP}) {
-            sigaddset(&set, signal);
+    SignalPipe() {
+        if (::pipe2(fds_, O_CLOEXEC | O_NONBLOCK) != 0) {
+            throw SystemError(errno, "creating the terminal's signal pipe");
         }
-        if (::sigprocmask(SIG_BLOCK, &set, &saved_) != 0) {
-            throw SystemError(errno, "blocking the terminal's signals");
-        }
-        fd_ = ::signalfd(-1, &set, SFD_CLOEXEC);
-        if (fd_ < 0) {
-            const int error = errno;
-            ::sigprocmask(SIG_SETMASK, &saved_, nullptr);
-            throw SystemError(error, "reading the terminal's signals");
+        signal_pipe_write.store(fds_[1]);
+        struct sigaction action {};
+        action.sa_handler = note_signal;
+        action.sa_flags = SA_RESTART;
+        sigemptyset(&action.sa_mask);
+        for (std::size_t i = 0; i < kSignals.size(); ++i) {
+            ::sigaction(kSignals[i], &action, &saved_[i]);
         }
     }
-    ~SignalReader() {
-        ::close(fd_);
-        ::sigprocmask(SIG_SETMASK, &saved_, nullptr);
+    ~SignalPipe() {
+        for (std::size_t i = 0; i < kSignals.size(); ++i) {
+            ::sigaction(kSignals[i], &saved_[i], nullptr);
+        }
+        signal_pipe_write.store(-1);
+        ::close(fds_[0]);
+        ::close(fds_[1]);
     }
-    SignalReader(const SignalReader&) = delete;
-    SignalReader& operator=(const SignalReader&) = delete;
-    int fd() const noexcept { return fd_; }
+    SignalPipe(const SignalPipe&) = delete;
+    SignalPipe& operator=(const SignalPipe&) = delete;
+    int fd() const noexcept { return fds_[0]; }
 
   private:
-    sigset_t saved_{};
-    int fd_ = -1;
+    static constexpr std::array<int, 4> kSignals{SIGWINCH, SIGINT, SIGTERM, SIGHUP};
+    int fds_[2] = {-1, -1};
+    std::array<struct sigaction, 4> saved_{};
 };
 
 std::pair<std::uint16_t, std::uint16_t> window_size() {
@@ -116,7 +131,7 @@ int run_on_terminal(const Sandbox& sandbox, ExecRequest request, std::uint64_t m
     StreamPrinter printer;
     runtime::InteractiveOutcome outcome;
     {
-        const SignalReader signals;
+        const SignalPipe signals;
         const RawTerminal raw(options.tty ? STDIN_FILENO : -1);
         runtime::InteractiveIo io;
         io.input = options.interactive ? STDIN_FILENO : -1;

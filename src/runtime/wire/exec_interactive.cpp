@@ -4,7 +4,6 @@
 #include "maf_sandbox/runtime/wire/exec_interactive.hpp"
 
 #include <poll.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -55,14 +54,14 @@ class Outbox {
     std::string bytes_;
 };
 
-// The signal a signalfd reports, or 0 when none was read.
+// The next signal number written to `fd` (one byte each), or 0 when none was read.
 int read_signal(int fd) {
-    signalfd_siginfo info{};
+    unsigned char number = 0;
     ssize_t n = 0;
     do {
-        n = ::read(fd, &info, sizeof info);
+        n = ::read(fd, &number, 1);
     } while (n < 0 && errno == EINTR);
-    return n == sizeof info ? static_cast<int>(info.ssi_signo) : 0;
+    return n == 1 ? number : 0;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The host's side of an interactive exec (ExecCall::interactive, ExecCall::tty): the request, then
 // stdin forwarded as it is read and the terminal's size as it changes, while the program's output
-// is delivered as it comes. Blocking: one poll loop over the connection, the input and a signalfd.
+// is delivered as it comes. Blocking: one poll loop over the connection, the input and the
+// caller's signal pipe.
 #pragma once
 
 #include <chrono>
@@ -16,8 +17,9 @@ namespace maf_sandbox::runtime {
 struct InteractiveIo {
     // Read and forwarded until its EOF (then stdin is closed in the guest); -1: none.
     int input = -1;
-    // A signalfd: SIGWINCH sends `window_size()` again; any other signal ends the exec (the
-    // connection is closed, which kills its tree) and is reported in `ended_by`.
+    // Where the caller's signal handlers write each signal's number (one byte, a self-pipe):
+    // SIGWINCH sends `window_size()` again; any other signal ends the exec (the connection is
+    // closed, which kills its tree) and is reported in `ended_by`. -1: none.
     int signals = -1;
     // The terminal's size now, as rows and columns (tty execs).
     std::function<std::pair<std::uint16_t, std::uint16_t>()> window_size;
