@@ -207,7 +207,8 @@ void add_cp_command(CLI::App& app, Context& context) {
     command->callback([options, &context] {
         if (options->backend != "local") {
             throw InvalidArgument(fmt::format(
-                "cp copies to and from local sandboxes only; --backend {} is not supported here",
+                "cp copies to and from local sandboxes only; --backend {} is not supported here "
+                "(move files with an ACAS sandbox through `run --in` and `--out`)",
                 options->backend));
         }
         const auto from = sandbox_side(options->source);

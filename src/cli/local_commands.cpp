@@ -23,6 +23,7 @@
 #include "maf_sandbox/runtime/host/gc.hpp"
 #include "maf_sandbox/runtime/wire/registry.hpp"
 #include "run_transfers.hpp"
+#include "terminal_exec.hpp"
 
 namespace maf_sandbox::cli {
 
@@ -49,6 +50,7 @@ struct LocalOptions {
     std::vector<std::string> env_pairs, env_files;   // -e, --env-file
     std::map<std::string, std::string> environment;  // what they give, read before any sandbox
     std::string id;                                  // exec --id
+    TerminalOptions terminal;                        // -t, -i
     std::vector<std::string> labels;
     bool json = false;
     std::vector<std::string> ids;
@@ -175,6 +177,11 @@ void add_limit_flags(CLI::App& command, LocalOptions& options) {
                     "A file of KEY=VALUE lines for the command's environment ('#' lines and blank "
                     "lines skipped; repeatable)")
         ->allow_extra_args(false);
+    command.add_flag("-t,--tty", options.terminal.tty,
+                     "Run the command on a terminal in the sandbox (with -i: an interactive "
+                     "session, ^C reaching the program; local backend)");
+    command.add_flag("-i,--interactive", options.terminal.interactive,
+                     "Keep stdin open and forward it as it comes (local backend)");
     command.add_option("command", options.command, "Command and arguments (after --)")->required();
 }
 
@@ -193,6 +200,10 @@ int run_in(boost::asio::io_context& io, Sandbox& sandbox, const SandboxBackend& 
     request.timeout = Seconds(options.timeout);
     request.max_output_bytes = options.max_output;
     request.environment = options.environment;
+    if (options.terminal.tty || options.terminal.interactive) {
+        require_terminal(backend, options.terminal);
+        return run_on_terminal(sandbox, std::move(request), options.max_output, options.terminal);
+    }
     request.stdin_bytes = forwarded_stdin(kMaxTransferBytes);
     const auto finish = [&](Task<ExecResult> exec) {
         return watch != nullptr ? run_interruptibly(io, *watch, std::move(exec))
@@ -302,6 +313,7 @@ void add_local_commands(CLI::App& app, Context& context) {
                 require_out_dir(options->out_dir);
             }
             auto backend = open_backend(*options);
+            require_terminal(*backend, options->terminal);
             auto router = router_for(backend, *options, context);
             auto fields = spec_fields(*options, *backend);
             fields.kind = "run";
@@ -385,6 +397,7 @@ void add_local_commands(CLI::App& app, Context& context) {
                 return;
             }
             auto backend = open_backend(*options);
+            require_terminal(*backend, options->terminal);
             auto router = router_for(backend, *options, context);
             auto fields = spec_fields(*options, *backend);
             fields.kind = options->kind;

@@ -27,7 +27,7 @@ constexpr std::array<Row<Isolation>, 7> kIsolation{{
     {Isolation::vm, "vm", 6},
 }};
 
-constexpr std::array<Row<Capability>, 12> kCapability{{
+constexpr std::array<Row<Capability>, 13> kCapability{{
     {Capability::exec, "exec", 0},
     {Capability::run_code, "run_code", 0},
     {Capability::host_tools, "host_tools", 0},
@@ -40,6 +40,7 @@ constexpr std::array<Row<Capability>, 12> kCapability{{
     {Capability::attached_identity, "attached_identity", 0},
     {Capability::egress_methods, "egress_methods", 0},
     {Capability::streaming_exec, "streaming_exec", 0},
+    {Capability::terminal, "terminal", 0},
 }};
 
 constexpr std::array<Row<Egress>, 3> kEgress{{

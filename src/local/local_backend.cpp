@@ -412,10 +412,10 @@ const fs::path& LocalBackend::state_dir() const noexcept {
 
 BackendDeclarations LocalBackend::declarations() const {
     BackendDeclarations declarations;
-    declarations.capabilities = {Capability::exec,         Capability::files_in,
-                                 Capability::files_out,    Capability::files_list,
-                                 Capability::files_delete, Capability::reclaim,
-                                 Capability::host_tools,   Capability::streaming_exec};
+    declarations.capabilities = {
+        Capability::exec,       Capability::files_in,       Capability::files_out,
+        Capability::files_list, Capability::files_delete,   Capability::reclaim,
+        Capability::host_tools, Capability::streaming_exec, Capability::terminal};
     declarations.limits =
         SandboxLimits{impl_->config.transfer_limits, impl_->config.transfer_limits};
     declarations.egress_modes = {impl_->egress_modes.begin(), impl_->egress_modes.end()};

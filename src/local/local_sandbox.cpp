@@ -8,6 +8,7 @@
 #include "maf_sandbox/core/reclaim.hpp"
 #include "maf_sandbox/local/exec_client.hpp"
 #include "maf_sandbox/local/exec_outcome.hpp"
+#include "maf_sandbox/local/terminal_handle.hpp"
 #include "maf_sandbox/runtime/wire/exec_protocol.hpp"
 
 namespace maf_sandbox::local {
@@ -119,6 +120,11 @@ Task<void> LocalSandbox::reclaim(std::string directory, std::string working_dire
     if (reason) {
         throw FileError(fmt::format("reclaiming '{}' failed: {}", directory, *reason));
     }
+}
+
+const runtime::SandboxHandle* terminal_handle_of(const Sandbox& sandbox) noexcept {
+    const auto* local = dynamic_cast<const LocalSandbox*>(&sandbox);
+    return local != nullptr ? &local->handle() : nullptr;
 }
 
 }  // namespace maf_sandbox::local

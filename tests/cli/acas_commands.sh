@@ -31,6 +31,10 @@ expect 125 "an unknown egress mode is bad input" -- run "${acas[@]}" --floor con
 expect 125 "unrestricted egress is refused: the backend does not enforce it" -- run "${acas[@]}" --floor container --egress unrestricted -- true
 stderr_has "SandboxEgressNotEnforced"
 # Docker's convention through the guest shell too: 127 not found, 126 not runnable.
+expect 125 "run -t is refused before a sandbox exists: ACAS has no terminal" -- run "${acas[@]}" --floor container -t -- true
+stderr_has "does not declare the terminal capability"
+expect 0 "the refused -t run left no sandbox" -- ls "${acas[@]}" --label scope=cli
+[[ -z "$(cat "$out")" ]] || { echo "FAIL: a sandbox is listed after the refused -t: $(cat "$out")"; failures=$((failures + 1)); }
 expect 127 "a program the guest does not have exits 127" -- run "${acas[@]}" --floor container -- no-such-program-i27
 expect 126 "a file the guest cannot execute exits 126" -- run "${acas[@]}" --floor container -- /etc/passwd
 

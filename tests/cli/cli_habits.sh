@@ -156,6 +156,8 @@ if mkdir -p "$work/full" && mount -t tmpfs -o size=1m maf-cli-habits "$work/full
 fi
 expect_run 125 "cp with no sandbox side says how to name one" -- "$bin" cp "$work/small.txt" "$work/back"
 stderr_has "ID:PATH"
+expect_run 125 "cp through ACAS is refused, saying how files move there" -- "$bin" cp --backend acas "$work/small.txt" 0123456789abcdef0123:/tmp/x
+stderr_has "run --in"
 expect_run 125 "cp to an unknown sandbox says how to list them" -- "$bin" cp "$work/small.txt" 0123456789abcdef0123:/tmp/x
 stderr_has "maf-sandbox ls"
 expect_run 0 "a guest link to a file" -- "$bin" "${warm[@]}" -- ln -s /etc/hostname /tmp/link

@@ -8,7 +8,11 @@ failures=0
 work=$(mktemp -d /tmp/maf-cli-stream-XXXXXX)
 export MAF_SANDBOX_STATE_DIR=$work/state
 scope=cli-stream-$$
+mkdir -p "$work/alone"
+cp "$bin" "$work/alone/maf-sandbox"
+alone=$work/alone/maf-sandbox
 cleanup() {
+    "$bin" pool drain >/dev/null 2>&1
     "$bin" purge --scope "$scope" --thread t >/dev/null 2>&1
     rm -rf "$work"
 }
@@ -49,6 +53,26 @@ spread "a warm exec (served by the lean front end) prints each line as it comes"
 
 expect_run 0 "piped stdin reaches the program of a run" -- bash -c "echo x | '$bin' ${run[*]} -- cat"
 stdout_is "x"
+# The same through the lean front end serving a pooled run itself (the copy alone has no full
+# CLI to hand over to).
+expect_run 0 "the shared pool is set for the lean front end's run" -- "$bin" pool set --size 1
+expect_run 0 "piped stdin reaches the program of a run the lean front end serves" -- bash -c "echo x | '$alone' ${run[*]} -- cat"
+stdout_is "x"
+expect_run 0 "the pool is drained" -- "$bin" pool drain
+
+# README's "Using it" example, as it is written there: three lines a second apart, each printed
+# when it is written.
+readme_ticker='for i in 1 2 3; do echo $i; sleep 1; done'
+grep -qF -- "-- sh -c '$readme_ticker'" "$(dirname "${BASH_SOURCE[0]}")/../../README.md" ||
+    { echo "FAIL: README's streaming example is not the one tested here"; failures=$((failures + 1)); }
+"$bin" "${run[@]}" -- sh -c "$readme_ticker" </dev/null 2>"$err" | stamp_lines >"$work/readme.times"
+if [[ "$(cut -d' ' -f2 "$work/readme.times" | tr '\n' ' ')" == "1 2 3 " &&
+    $(( $(tail -n 1 "$work/readme.times" | cut -d' ' -f1) - $(head -n 1 "$work/readme.times" | cut -d' ' -f1) )) -ge 1500 ]]; then
+    echo "ok: README's streaming example prints its lines as they come"
+else
+    echo "FAIL: README's streaming example: $(cat "$work/readme.times")"; failures=$((failures + 1))
+fi
+
 expect_run 0 "piped stdin reaches the program of a warm exec" -- bash -c "printf 'a\0b' | '$bin' ${warm[*]} -- od -An -c"
 stdout_has "a  *\\\\0  *b"
 expect_run 0 "stdin redirected from a file is forwarded too" -- bash -c "printf 'from file' >'$work/in'; '$bin' ${run[*]} -- cat <'$work/in'"

@@ -28,6 +28,9 @@ enum class Capability {
     egress_methods,
     // exec_stream delivers output while the program runs (not all at its end).
     streaming_exec,
+    // An exec can run on a terminal in the guest (a pseudo-terminal as its controlling terminal,
+    // sized and resized by the caller) with its stdin forwarded as it is typed: `run -t`/`-i`.
+    terminal,
 };
 
 // One axis, least to most isolated. A spec runs in exactly one mode; a backend declares the set it

@@ -39,6 +39,7 @@ class Capability(str, enum.Enum):
     EGRESS_METHODS = "egress_methods"
     # The backend delivers exec output as it is produced (not yet bound in Python: docs/python.md).
     STREAMING_EXEC = "streaming_exec"
+    TERMINAL = "terminal"
 
 
 class Egress(str, enum.Enum):

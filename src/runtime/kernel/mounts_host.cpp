@@ -237,7 +237,8 @@ void bind_host_device(int dev, const char* name) {
     }
 }
 
-// /dev: a small tmpfs with the harmless devices (nodes of our own), /dev/shm, and the /proc links;
+// /dev: a small tmpfs with the harmless devices (nodes of our own), /dev/shm, the /proc links and
+// the devpts mount point;
 // read-only once built, so nothing can add device nodes later.
 void build_dev(int dev_point, const RootPlan& plan, const GuestOwner& root) {
     const auto dev = new_mount("tmpfs", {{"size", "64k"}, {"mode", "0755"}},
@@ -269,6 +270,10 @@ void build_dev(int dev_point, const RootPlan& plan, const GuestOwner& root) {
                                      {"/stderr", "/proc/self/fd/2"}}) {
         tree.symlink(name, link);
     }
+    // Where PID 1 mounts the sandbox's own devpts (mounts_inside.cpp): its terminals are the
+    // sandbox's, numbered from 0, never the host's.
+    [[maybe_unused]] const auto pts = tree.mount_point("/pts", true);
+    tree.symlink("/ptmx", "pts/ptmx");
     const auto shm_point = tree.mount_point("/shm", true);
     attach(new_mount("tmpfs", tmpfs_options(plan.shm_bytes, "1777"),
                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "/dev/shm")

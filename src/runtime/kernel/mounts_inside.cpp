@@ -1,6 +1,6 @@
 // The inside half of the sandbox's root file system: PID 1, within the new namespaces, pivots
 // into the root the host half built (mounts_host.cpp), mounts its own /proc with the host's
-// kernel files masked, and detaches the host's root.
+// kernel files masked and its own devpts, and detaches the host's root.
 #include <sys/mount.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -61,6 +61,16 @@ void enter_root() {
                     "size=4k,nr_inodes=1,mode=0555") != 0) {
             throw SystemError(errno, fmt::format("masking {} in the sandbox", dir));
         }
+    }
+    // A devpts instance of the sandbox's own (a mount in its user namespace is always a new
+    // instance): the terminals of `exec -t` are allocated here, invisible to the host's and to
+    // other sandboxes'. ptmxmode lets the guest user open /dev/ptmx; mode keeps a terminal
+    // writable by its owner only. max: the terminals of every instance but the host's own count
+    // against one host-wide kernel.pty.max (less its kernel.pty.reserve for the host), so each
+    // sandbox may hold a few dozen, never the lot.
+    if (::mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+                "newinstance,ptmxmode=0666,mode=0620,max=64") != 0) {
+        throw SystemError(errno, "mounting the sandbox's devpts on /dev/pts");
     }
     const std::string old_root = std::string("/") + kOldRootDir;
     if (::umount2(old_root.c_str(), MNT_DETACH) != 0) {

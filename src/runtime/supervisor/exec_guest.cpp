@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -95,8 +96,11 @@ bool launch_from_frame(std::string_view bytes, const SupervisorConfig& config, L
         return false;
     }
     try {
-        launch = launch_for(exec_wire::exec_call_from_json(json::parse(bytes.substr(header, size))),
-                            config);
+        const auto call = exec_wire::exec_call_from_json(json::parse(bytes.substr(header, size)));
+        if (call.tty) {
+            return false;  // its terminal is the handler's to open first
+        }
+        launch = launch_for(call, config);
         return true;
     } catch (const std::exception&) {
         return false;
@@ -328,7 +332,29 @@ const Launch& receive_launch(const GuestStart& start, GuestShared& shared,
     return shared.launch;
 }
 
-// Step 6: the guest's user, then no capability left (clearing the permitted set clears the
+// Step 6 (a tty exec only): the terminal the handler opened becomes the program's stdin, stdout,
+// stderr and controlling terminal. The guest is a session leader without one (step 1's setsid),
+// so the terminal's foreground group is the program's, and ^C typed into it signals the program.
+void take_terminal(const GuestStart& start, const Launch& launch) {
+    if (launch.tty_path.empty()) {
+        return;
+    }
+    const long tty = raw::call(SYS_openat, AT_FDCWD, raw::arg(launch.tty_path.c_str()), O_RDWR);
+    if (tty < 0) {
+        fail_with(start, 7, -tty);
+    }
+    if (const long result = raw::call(SYS_ioctl, tty, TIOCSCTTY, 0); result < 0) {
+        fail_with(start, 7, -result);
+    }
+    for (long fd = 0; fd < 3; ++fd) {
+        if (const long result = raw::call(SYS_dup3, tty, fd, 0); result < 0) {
+            fail_with(start, 7, -result);
+        }
+    }
+    raw::call(SYS_close, tty);
+}
+
+// Step 7: the guest's user, then no capability left (clearing the permitted set clears the
 // ambient one).
 void become_guest_user(const GuestStart& start, const SupervisorConfig& config) {
     if (const long result =
@@ -341,7 +367,7 @@ void become_guest_user(const GuestStart& start, const SupervisorConfig& config) 
     }
 }
 
-// Step 7: the working directory, then execve of the first candidate that exists.
+// Step 8: the working directory, then execve of the first candidate that exists.
 [[noreturn]] void exec_program(const GuestStart& start, const GuestShared& shared,
                                const Launch& launch) {
     if (const long result = raw::call(SYS_chdir, raw::arg(launch.cwd.c_str())); result < 0) {
@@ -385,8 +411,9 @@ void become_guest_user(const GuestStart& start, const SupervisorConfig& config) 
     die_with_handler(start);                                       // 3.
     report_ready(start);                                           // 4.
     const Launch& launch = receive_launch(start, shared, config);  // 5.
-    become_guest_user(start, config);                              // 6.
-    exec_program(start, shared, launch);                           // 7.
+    take_terminal(start, launch);                                  // 6.
+    become_guest_user(start, config);                              // 7.
+    exec_program(start, shared, launch);                           // 8.
 }
 
 int guest_entry(void* start) {

@@ -34,7 +34,7 @@ constexpr char kAwaitLaunch = 'W';  // it could not: the handler is to read it a
 
 // Why the child could not reach execve, sent over a close-on-exec pipe.
 struct ChildFailure {
-    int stage;  // 0 join cgroup, 1 ids, 2 caps, 3 chdir, 5 exec (4 and 6 are no longer used)
+    int stage;  // 0 join cgroup, 1 ids, 2 caps, 3 chdir, 5 exec, 7 terminal (4, 6 unused)
     int error;
 };
 
@@ -44,6 +44,9 @@ struct Launch {
     std::vector<std::string> candidates;  // argv[0] resolved against PATH, in order
     std::vector<std::string> env;         // KEY=VALUE
     std::string cwd;
+    // The guest's terminal (/dev/pts/N of the sandbox's devpts), opened by the handler for a tty
+    // exec; "" for pipes.
+    std::string tty_path;
 };
 
 // The guest's argv, environment, candidates for argv[0] and working directory for `call`. Throws

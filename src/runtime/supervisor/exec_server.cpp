@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -50,6 +51,36 @@ constexpr std::size_t kChunk = 64 * 1024;
 // background process holding the pipes open must not hold the exec hostage.
 constexpr auto kDrainWindow = std::chrono::milliseconds(200);
 constexpr auto kDrainQuiet = std::chrono::milliseconds(20);
+// The most stdin of an interactive exec held here unwritten: past it the connection is not read
+// until the program takes some, so a host typing faster than the program reads waits.
+constexpr std::size_t kMaxPendingStdin = 4 * exec_wire::kMaxStdinChunk;
+
+// A tty exec's terminal: the master side of a pseudo-terminal of the sandbox's own devpts
+// (mounted by PID 1 on /dev/pts), unlocked, sized, and the path of its other side for the guest.
+struct Terminal {
+    UniqueFd master;
+    std::string peer_path;
+};
+
+Terminal open_terminal(std::uint16_t rows, std::uint16_t cols) {
+    Terminal terminal;
+    terminal.master = UniqueFd(::open("/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!terminal.master) {
+        throw std::runtime_error(
+            fmt::format("opening the sandbox's /dev/pts/ptmx: {}", std::strerror(errno)));
+    }
+    int unlock = 0;
+    unsigned number = 0;
+    if (::ioctl(terminal.master.get(), TIOCSPTLCK, &unlock) != 0 ||
+        ::ioctl(terminal.master.get(), TIOCGPTN, &number) != 0) {
+        throw std::runtime_error(
+            fmt::format("preparing the exec's terminal: {}", std::strerror(errno)));
+    }
+    const winsize size{rows, cols, 0, 0};
+    ::ioctl(terminal.master.get(), TIOCSWINSZ, &size);
+    terminal.peer_path = fmt::format("/dev/pts/{}", number);
+    return terminal;
+}
 
 struct Stream {
     UniqueFd fd;
@@ -92,6 +123,8 @@ class Exec {
             return;
         }
         ExecReply reply;
+        // What the program is still to read. An interactive exec's grows with each 'i' frame.
+        pending_stdin_ = std::move(call.stdin_bytes);
         try {
             execute(call, reply);
         } catch (const std::exception& e) {
@@ -122,7 +155,12 @@ class Exec {
     }
 
     void execute(const ExecCall& call, ExecReply& reply) {
-        const Launch launch = launch_for(call, *context_.config);
+        Launch launch = launch_for(call, *context_.config);
+        Terminal terminal;
+        if (call.tty) {
+            terminal = open_terminal(call.rows, call.cols);
+            launch.tty_path = terminal.peer_path;
+        }
         if (launched_) {
             guest_ = std::move(*prepared_);
         } else if (prepared_ && still_waiting(*prepared_) && send_launch(*prepared_, launch)) {
@@ -141,6 +179,11 @@ class Exec {
         const pid_t child = guest_.pid;
         UniqueFd stdin_fd = std::move(guest_.stdin_fd);
         UniqueFd failure_fd = std::move(guest_.failure_fd);
+        if (terminal.master) {
+            // The program reads and writes its terminal; its pipes see EOF once it has taken it.
+            stdin_fd = UniqueFd(::fcntl(terminal.master.get(), F_DUPFD_CLOEXEC, 3));
+            guest_.stdout_fd = std::move(terminal.master);
+        }
         streams_[0] = Stream{std::move(guest_.stdout_fd), exec_wire::kStdout};
         streams_[1] = Stream{std::move(guest_.stderr_fd), exec_wire::kStderr};
         for (auto& stream : streams_) {
@@ -157,7 +200,8 @@ class Exec {
         deadline_ = deadline;
         child_ = child;
         std::size_t stdin_offset = 0;
-        if (call.stdin_bytes.empty()) {
+        bool stdin_open = call.interactive;
+        if (pending_stdin_.empty() && !stdin_open) {
             stdin_fd.reset();
         }
         bool exited = false;
@@ -165,6 +209,7 @@ class Exec {
         bool failed = false;
         int status = 0;
         cap_ = call.max_output_bytes;
+        tty_ = call.tty;
         stop_at_cap_ = call.kill_past_output_cap;
         // With wait_for_output_eof the exec is over only when the program has exited and every
         // holder of its stdout and stderr (background children included) has closed them.
@@ -177,7 +222,12 @@ class Exec {
             const int pid_index = count;
             fds[count++] = {exited ? -1 : pidfd, POLLIN, 0};
             const int conn_index = count;
-            fds[count++] = {connection_, POLLIN | POLLRDHUP, 0};
+            const bool more_stdin =
+                call.interactive && pending_stdin_.size() - stdin_offset < kMaxPendingStdin;
+            fds[count++] = {connection_,
+                            static_cast<short>(call.interactive ? (more_stdin ? POLLIN : 0)
+                                                                : (POLLIN | POLLRDHUP)),
+                            0};
             const int out_index = count;
             fds[count++] = {eof_[0] ? -1 : streams_[0].fd.get(), POLLIN, 0};
             const int err_index = count;
@@ -186,8 +236,9 @@ class Exec {
             if (failure_fd) {
                 fds[count++] = {failure_fd.get(), POLLIN, 0};
             }
-            const int in_index = stdin_fd ? count : -1;
-            if (stdin_fd) {
+            const bool to_write = stdin_fd && stdin_offset < pending_stdin_.size();
+            const int in_index = to_write ? count : -1;
+            if (to_write) {
                 fds[count++] = {stdin_fd.get(), POLLOUT, 0};
             }
             const auto left =
@@ -207,11 +258,13 @@ class Exec {
                 errno != EINTR) {
                 throw std::runtime_error(fmt::format("poll: {}", std::strerror(errno)));
             }
-            if (fds[conn_index].revents & (POLLIN | POLLHUP | POLLRDHUP | POLLERR)) {
-                // The host hung up (or timed out itself): nobody waits for this tree any more.
-                kill_tree(cgroup, child);
-                guest_.reap();
-                std::_Exit(0);
+            const short link = fds[conn_index].revents;
+            if (call.interactive && (link & POLLIN)) {
+                if (!take_host_frame(stdin_open, stdin_fd.get(), call.tty)) {
+                    hang_up(cgroup, child);
+                }
+            } else if (link & (POLLIN | POLLHUP | POLLRDHUP | POLLERR)) {
+                hang_up(cgroup, child);
             }
             if (fds[out_index].revents) {
                 pump(streams_[0]);
@@ -221,15 +274,23 @@ class Exec {
             }
             if (in_index >= 0 && fds[in_index].revents) {
                 const ssize_t n =
-                    ::write(stdin_fd.get(), call.stdin_bytes.data() + stdin_offset,
-                            std::min<std::size_t>(kChunk, call.stdin_bytes.size() - stdin_offset));
+                    ::write(stdin_fd.get(), pending_stdin_.data() + stdin_offset,
+                            std::min<std::size_t>(kChunk, pending_stdin_.size() - stdin_offset));
                 if (n > 0) {
                     stdin_offset += static_cast<std::size_t>(n);
                 }
-                if ((n < 0 && errno != EAGAIN && errno != EINTR) ||
-                    stdin_offset == call.stdin_bytes.size()) {
-                    stdin_fd.reset();
+                if (n < 0 && errno != EAGAIN && errno != EINTR) {
+                    stdin_fd.reset();  // the program closed its stdin: the rest is dropped
+                    stdin_open = false;
                 }
+                if (stdin_offset == pending_stdin_.size() ||
+                    (call.interactive && stdin_offset >= kMaxPendingStdin)) {
+                    pending_stdin_.erase(0, stdin_offset);
+                    stdin_offset = 0;
+                }
+            }
+            if (stdin_fd && !stdin_open && pending_stdin_.empty() && !call.tty) {
+                stdin_fd.reset();  // the program reads EOF
             }
             if (call.kill_past_output_cap && !killed_ &&
                 (streams_[0].total > cap_ || streams_[1].total > cap_)) {
@@ -275,6 +336,40 @@ class Exec {
         finish(reply);
     }
 
+    // The host hung up (or timed out itself): nobody waits for this tree any more.
+    [[noreturn]] void hang_up(const std::optional<ExecCgroupParent::Child>& cgroup, pid_t child) {
+        kill_tree(cgroup, child);
+        guest_.reap();
+        std::_Exit(0);
+    }
+
+    // One frame of an interactive exec's host: more stdin (an empty one closes it: a pipe then
+    // reads EOF; a terminal stays open, its EOF is the ^D its user types), or a new window size.
+    // False when the host is gone or sent what no host sends.
+    bool take_host_frame(bool& stdin_open, int stdin_fd, bool tty) {
+        char type = 0;
+        std::string payload;
+        if (!exec_wire::read_frame(connection_, type, payload, exec_wire::kMaxStdinChunk)) {
+            return false;
+        }
+        if (type == exec_wire::kStdinMore) {
+            if (payload.empty()) {
+                stdin_open = false;
+            } else if (stdin_open) {
+                pending_stdin_ += payload;
+            }
+            return true;
+        }
+        if (type == exec_wire::kResize && tty) {
+            winsize size{};
+            if (exec_wire::parse_resize(payload, size.ws_row, size.ws_col)) {
+                ::ioctl(stdin_fd, TIOCSWINSZ, &size);
+            }
+            return true;
+        }
+        return false;
+    }
+
     void timed_out(const ExecCall& call, ExecReply& reply) {
         reply.status = ExecStatus::timed_out;
         reply.message =
@@ -300,7 +395,7 @@ class Exec {
             "joining the exec's cgroup",     "switching to the guest user",
             "dropping capabilities",         "entering the working directory",
             "installing the seccomp filter", "executing",
-            "raising the OOM score"};
+            "raising the OOM score",         "taking the exec's terminal"};
         reply.message = failure.stage == 3
                             ? fmt::format("the working directory {} cannot be entered: {}", cwd,
                                           std::strerror(failure.error))
@@ -327,7 +422,8 @@ class Exec {
                 continue;
             }
             if (n <= 0) {
-                if (n == 0) {
+                // A terminal's master reads EIO once no process holds its other side.
+                if (n == 0 || (n < 0 && errno == EIO)) {
                     eof_[stream.type == exec_wire::kStdout ? 0 : 1] = true;  // stop polling it
                 }
                 return;
@@ -339,10 +435,13 @@ class Exec {
         }
     }
 
+    // A terminal's output is sent whole (its user reads it as it comes, as on any terminal); the
+    // host keeps no more than the cap of it. Pipes' output past the cap is only counted.
     void send_text(Stream& stream, std::string_view text) {
         stream.total += text.size();
-        if (stream.sent < cap_) {
-            const auto keep = std::min<std::uint64_t>(text.size(), cap_ - stream.sent);
+        if (stream.sent < cap_ || tty_) {
+            const auto keep =
+                tty_ ? text.size() : std::min<std::uint64_t>(text.size(), cap_ - stream.sent);
             send_output_frame(stream.type, text.substr(0, keep));
             stream.sent += keep;
         }
@@ -443,6 +542,8 @@ class Exec {
     std::uint64_t cap_ = 0;
     bool stop_at_cap_ = false;
     std::uint64_t oom_kills_before_ = 0;
+    std::string pending_stdin_;
+    bool tty_ = false;
 };
 
 }  // namespace

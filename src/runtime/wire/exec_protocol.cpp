@@ -115,6 +115,23 @@ std::string request_prefix(const ExecCall& call) {
     return prefix;
 }
 
+std::string resize_payload(std::uint16_t rows, std::uint16_t cols) {
+    return std::string{static_cast<char>(rows & 0xFF), static_cast<char>(rows >> 8),
+                       static_cast<char>(cols & 0xFF), static_cast<char>(cols >> 8)};
+}
+
+bool parse_resize(std::string_view payload, std::uint16_t& rows, std::uint16_t& cols) noexcept {
+    if (payload.size() != 4) {
+        return false;
+    }
+    const auto byte = [&](std::size_t i) {
+        return static_cast<std::uint16_t>(static_cast<unsigned char>(payload[i]));
+    };
+    rows = static_cast<std::uint16_t>(byte(0) | (byte(1) << 8));
+    cols = static_cast<std::uint16_t>(byte(2) | (byte(3) << 8));
+    return true;
+}
+
 json::value to_json(const ExecCall& call) {
     json::object out;
     if (const auto* argv = std::get_if<std::vector<std::string>>(&call.command)) {
@@ -136,6 +153,14 @@ json::value to_json(const ExecCall& call) {
     out["timeout_ms"] = call.timeout.count();
     out["wait_for_output_eof"] = call.wait_for_output_eof;
     out["kill_past_output_cap"] = call.kill_past_output_cap;
+    if (call.interactive || call.tty) {
+        out["interactive"] = true;
+    }
+    if (call.tty) {
+        out["tty"] = true;
+        out["rows"] = call.rows;
+        out["cols"] = call.cols;
+    }
     return out;
 }
 
@@ -164,6 +189,17 @@ ExecCall exec_call_from_json(const json::value& value) {
     }
     if (const auto* v = in.if_contains("kill_past_output_cap"); v != nullptr && v->is_bool()) {
         call.kill_past_output_cap = v->as_bool();
+    }
+    if (const auto* v = in.if_contains("interactive"); v != nullptr && v->is_bool()) {
+        call.interactive = v->as_bool();
+    }
+    if (const auto* v = in.if_contains("tty"); v != nullptr && v->is_bool()) {
+        call.tty = v->as_bool();
+        call.interactive = call.interactive || call.tty;
+    }
+    if (call.tty) {
+        call.rows = in.at("rows").to_number<std::uint16_t>();
+        call.cols = in.at("cols").to_number<std::uint16_t>();
     }
     return call;
 }

@@ -9,6 +9,13 @@
 // cap is drained and counted on the supervisor's side, never buffered, so memory stays constant on
 // both sides whatever the program writes. Closing the connection early kills the exec's whole
 // process tree.
+//
+// An interactive exec (`interactive` in the request) keeps the connection a two-way stream after
+// the request: the host sends 'i' frames (more stdin, an empty one closes it) and, with a
+// terminal (`tty`), 'W' frames (the window's new size); the program's output comes as 'O'
+// frames. Hosts that never set `interactive` see the exchange above unchanged. A supervisor that
+// predates the fields would take the first 'i' frame for a hang-up and end the exec, so hosts send
+// interactive calls only where the backend declares Capability::terminal.
 #pragma once
 
 #include <sys/un.h>
@@ -44,6 +51,15 @@ struct ExecCall {
     // collects output in flight) and output past the cap is drained and counted.
     bool wait_for_output_eof = false;
     bool kill_past_output_cap = false;
+    // Stdin stays open after the request: 'i' frames carry more of it until an empty one.
+    bool interactive = false;
+    // A terminal in the guest: the program's stdin, stdout and stderr are a pseudo-terminal of
+    // the sandbox's own devpts and its controlling terminal, so ^C typed into it reaches the
+    // program as SIGINT through the guest's line discipline. Implies `interactive`; its output
+    // comes as stdout only.
+    bool tty = false;
+    std::uint16_t rows = 24;  // the terminal's size at start (tty only)
+    std::uint16_t cols = 80;
 };
 
 enum class ExecStatus {
@@ -137,6 +153,12 @@ inline constexpr char kStdin = 'I';
 inline constexpr char kStdout = 'O';
 inline constexpr char kStderr = 'E';
 inline constexpr char kResult = 'X';
+// Interactive execs only (host to supervisor, after the request and stdin frames).
+inline constexpr char kStdinMore = 'i';  // more stdin; an empty payload closes it
+inline constexpr char kResize = 'W';     // the terminal's size: rows, then cols, 2 bytes LE each
+// The largest 'i' payload a host sends, and the most stdin the supervisor holds unwritten before
+// it stops reading the connection (the host then waits, as a full pipe makes a writer wait).
+inline constexpr std::uint32_t kMaxStdinChunk = 64u << 10;
 // Largest request header and stdin the supervisor accepts.
 inline constexpr std::uint32_t kMaxRequestBytes = 4u << 20;
 inline constexpr std::uint32_t kMaxStdinBytes = 1u << 30;
@@ -155,6 +177,10 @@ std::string request_prefix(const ExecCall& call);
 bool write_frame(int fd, char type, std::string_view payload) noexcept;
 // Reads one frame with at most `max_payload` bytes; false on EOF, error or oversize.
 bool read_frame(int fd, char& type, std::string& payload, std::uint32_t max_payload);
+
+// A 'W' frame's payload, and its reading (false when it is not 4 bytes).
+std::string resize_payload(std::uint16_t rows, std::uint16_t cols);
+bool parse_resize(std::string_view payload, std::uint16_t& rows, std::uint16_t& cols) noexcept;
 
 boost::json::value to_json(const ExecCall& call);  // everything but stdin
 ExecCall exec_call_from_json(const boost::json::value& json);
