@@ -273,6 +273,13 @@ Task<net::HttpResponse> AcasClient::Impl::send_with_retries(std::string method, 
             }
             throw Timeout(
                 fmt::format("the ACAS request {} did not finish before its deadline", method));
+        } catch (const net::TlsVerificationFailed& e) {
+            // A certificate does not become trusted by asking again: no retry, and the fix.
+            throw AcasServiceUnreachable(fmt::format(
+                "the ACAS endpoint's TLS certificate was not accepted: {}. Not retried. If the "
+                "endpoint is an acas-emulator or uses a private CA, trust its CA certificate with "
+                "--ca-file FILE (ACAS_SANDBOX_CA_FILE, AcasSandboxConfig::ca_file)",
+                e.problem()));
         } catch (const net::NetError& e) {
             transport_failure = e.what();
             sent = e.request_sent();

@@ -1,8 +1,10 @@
 #include "backends.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
 
 #include "maf_sandbox/acas/backend.hpp"
@@ -11,6 +13,7 @@
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/runtime/host/host_checks.hpp"
+#include "maf_sandbox/runtime/host/images.hpp"
 
 namespace maf_sandbox::cli {
 
@@ -120,6 +123,36 @@ std::string default_image_for(const maf_sandbox::SandboxBackend& backend) {
     if (backend.name() != kAcas)
         return {};
     return backend.isolation() == Isolation::microvm ? "ubuntu" : "host";
+}
+
+Task<void> check_image(SandboxBackend& backend, const std::string& image) {
+    if (auto* local = dynamic_cast<local::LocalBackend*>(&backend)) {
+        const auto wanted = runtime::parse_image_ref(image);
+        std::vector<std::string> names;
+        for (const auto& known : runtime::ImageStore(local->state_dir()).list()) {
+            if (known.ref == wanted) {
+                co_return;
+            }
+            names.push_back(known.ref.str());
+        }
+        throw InvalidArgument(fmt::format(
+            "option '--image': '{}' is not in the local image store, which holds {}; import it "
+            "with `maf-sandbox images import ARCHIVE --name {}`",
+            image, fmt::join(names, ", "), wanted.str()));
+    }
+    auto* service = dynamic_cast<acas::AcasBackend*>(&backend);
+    if (service == nullptr || image.find_first_of(":/@") != std::string::npos) {
+        co_return;
+    }
+    const auto images = co_await service->list_images();
+    if (std::find(images.prebuilt.begin(), images.prebuilt.end(), image) == images.prebuilt.end()) {
+        throw InvalidArgument(fmt::format(
+            "option '--image': '{}' is not in the service's prebuilt catalogue, which has {}; a "
+            "private image needs its tag (repo:tag)",
+            image,
+            images.prebuilt.empty() ? std::string("nothing")
+                                    : fmt::format("{}", fmt::join(images.prebuilt, ", "))));
+    }
 }
 
 }  // namespace maf_sandbox::cli

@@ -50,4 +50,10 @@ local::LocalBackendConfig local_backend_config(std::optional<std::uint64_t> memo
 // mode (the emulator's runtime image), "ubuntu" for the real service, empty otherwise.
 std::string default_image_for(const maf_sandbox::SandboxBackend& backend);
 
+// Refuses, before anything is served, an image `backend` does not have: a local image that is not
+// in the store, or an ACAS catalogue name (no tag) that the service's catalogue lacks. Throws
+// InvalidArgument naming the images there are. Other forms are left to the first acquire, which
+// names the fix. Runs the ACAS listing on the caller's executor (the backend's clients live there).
+Task<void> check_image(maf_sandbox::SandboxBackend& backend, const std::string& image);
+
 }  // namespace maf_sandbox::cli

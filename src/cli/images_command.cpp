@@ -20,6 +20,7 @@
 #include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/runtime/host/images.hpp"
 #include "maf_sandbox/runtime/wire/registry.hpp"
+#include "option_parsing.hpp"
 
 namespace maf_sandbox::cli {
 namespace {
@@ -195,11 +196,14 @@ void add_images_command(CLI::App& app, Context& context) {
         "NAME:TAG to store it as (local, required); the disk image's name (acas)");
     import_command->add_option("--backend", options->backend, "local (default) or acas");
     import_command
-        ->add_option("--timeout", options->timeout, "Seconds to wait for Ready (acas, 600)")
-        ->check(CLI::PositiveNumber);
-    import_command->add_option("--max-bytes", options->limits.max_bytes,
-                               "Refuse an import that writes more bytes than this into the store, "
-                               "staged layers included (local, default 16 GiB)");
+        ->add_option("--timeout", options->timeout,
+                     "How long to wait for Ready (acas, default 10m; seconds, or 90s, 10m)")
+        ->transform(duration());
+    import_command
+        ->add_option("--max-bytes", options->limits.max_bytes,
+                     "Refuse an import that writes more than this into the store, staged layers "
+                     "included (local, default 16G)")
+        ->transform(byte_size());
     import_command->add_option("--max-entries", options->limits.max_entries,
                                "Refuse an archive with more entries than this (local, default "
                                "1000000)");

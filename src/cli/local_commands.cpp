@@ -22,6 +22,7 @@
 #include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/runtime/host/gc.hpp"
 #include "maf_sandbox/runtime/wire/registry.hpp"
+#include "option_parsing.hpp"
 #include "run_transfers.hpp"
 #include "terminal_exec.hpp"
 
@@ -158,15 +159,17 @@ void add_limit_flags(CLI::App& command, LocalOptions& options) {
     add_backend_options(command, options.backend_options);
     command
         .add_option("--max-output", options.max_output,
-                    "Per-stream output cap in bytes (default 1 MiB)")
-        ->check(CLI::PositiveNumber);
-    command.add_option("--disk", options.disk, "Writable layer size in bytes")
-        ->check(CLI::PositiveNumber);
-    command.add_option("--memory", options.memory, "Memory limit in bytes")
-        ->check(CLI::PositiveNumber);
-    command.add_option("--pids", options.pids, "Process limit")->check(CLI::PositiveNumber);
-    command.add_option("--timeout", options.timeout, "Seconds before the command's tree is killed")
-        ->check(CLI::PositiveNumber);
+                    "Per-stream output cap (default 1M; sizes take K, M, G, e.g. 64K)")
+        ->transform(byte_size());
+    command.add_option("--disk", options.disk, "Writable layer size, e.g. 2G")
+        ->transform(byte_size());
+    command.add_option("--memory", options.memory, "Memory limit, e.g. 512M (bytes, or K, M, G)")
+        ->transform(byte_size());
+    command.add_option("--pids", options.pids, "Process limit")->transform(positive_count());
+    command
+        .add_option("--timeout", options.timeout,
+                    "How long before the command's tree is killed: seconds, or 90s, 2m, 1h")
+        ->transform(duration());
     command
         .add_option("-e,--env", options.env_pairs,
                     "KEY=VALUE set in the command's environment (repeatable; -e KEY takes this "

@@ -11,6 +11,7 @@
 #include "doctor_command.hpp"
 #include "interrupt.hpp"
 #include "maf_sandbox/core/errors.hpp"
+#include "option_parsing.hpp"
 
 namespace {
 
@@ -32,10 +33,19 @@ int main(int argc, char** argv) {
 
     CLI::App app{
         "maf-sandbox: run agent-authored code somewhere else, behind a router that refuses what a "
-        "backend cannot honour"};
+        "backend cannot honour",
+        // Named, not taken from argv[0]: --help shows the command as a person types it, never
+        // the path this binary was started from.
+        "maf-sandbox"};
     app.set_version_flag("--version", std::string("maf-sandbox ") + MAF_SANDBOX_VERSION);
     app.require_subcommand(1);
     app.footer(cli::kExitStatusHelp);
+    try {
+        cli::add_log_options(app, context);
+    } catch (const maf_sandbox::InvalidArgument& e) {
+        context.log->error("{}", e.what());
+        return cli::kExitFailed;
+    }
     cli::add_bench_command(app, context);
     cli::add_check_command(app, context);
     cli::add_conformance_command(app, context);
@@ -52,8 +62,16 @@ int main(int argc, char** argv) {
         app.parse(argc, argv);
         status = context.exit_code;
     } catch (const CLI::ParseError& e) {
-        // --help and --version are ParseErrors that exit 0.
-        status = app.exit(e) == 0 ? cli::kExitOk : cli::kExitFailed;
+        // --help and --version are ParseErrors that exit 0. A mistyped word is answered with the
+        // closest known one rather than CLI11's own account of what it did with it.
+        const auto unknown =
+            e.get_exit_code() == 0 ? std::string() : cli::explain_unknown_word(app, argc, argv);
+        if (!unknown.empty()) {
+            context.log->error("{}", unknown);
+            status = cli::kExitFailed;
+        } else {
+            status = app.exit(e) == 0 ? cli::kExitOk : cli::kExitFailed;
+        }
     } catch (const cli::Interrupted& e) {
         // The command's own cleanup has run (a run's sandbox is disposed) by the time it gets here.
         context.log->warn("{}; stopped, and the command's sandbox was disposed", e.what());

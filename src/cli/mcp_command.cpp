@@ -26,6 +26,7 @@
 #include "maf_sandbox/core/in_process.hpp"
 #include "maf_sandbox/core/outputs.hpp"
 #include "maf_sandbox/core/router.hpp"
+#include "maf_sandbox/core/run_blocking.hpp"
 #include "maf_sandbox/kinds/codeact.hpp"
 #include "maf_sandbox/kinds/shell.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
@@ -34,6 +35,7 @@
 #include "maf_sandbox/mcp/server.hpp"
 #include "maf_sandbox/mcp/stdio_transport.hpp"
 #include "maf_sandbox/runtime/host/host_checks.hpp"
+#include "option_parsing.hpp"
 
 namespace maf_sandbox::cli {
 namespace {
@@ -287,6 +289,7 @@ std::shared_ptr<SandboxBackend> backend_named(const std::string& name) {
 }
 
 struct Service {
+    std::optional<std::string> image;  // checked at start
     std::shared_ptr<SandboxRouter> router;
     std::unique_ptr<mcp::McpServer> server;
 };
@@ -311,8 +314,15 @@ Service build_service(const McpOptions& options, Context& context) {
             defaults ? "no config and no flags: " : "");
     }
 
+    // Built first: an image nobody named is the one `run` would use on this backend.
+    auto backend = backend_named(backend_name);
     kinds::SandboxSettings settings;
     settings.image = options.image;
+    if (!settings.image) {
+        if (auto image = default_image_for(*backend); !image.empty()) {
+            settings.image = std::move(image);
+        }
+    }
     settings.work_dir = options.work_dir;
     if (options.egress && *options.egress != "closed" && *options.egress != "allowlist") {
         throw InvalidArgument(fmt::format(
@@ -365,8 +375,9 @@ Service build_service(const McpOptions& options, Context& context) {
     router_options.min_isolation = floor;
     router_options.log = context.log;
     Service service;
+    service.image = settings.image;
     service.router = std::make_shared<SandboxRouter>(
-        std::vector<std::shared_ptr<SandboxBackend>>{backend_named(backend_name)}, router_options);
+        std::vector<std::shared_ptr<SandboxBackend>>{backend}, router_options);
     // Outputs land per call through the server's sink (--out-dir/<session>/<call>/).
     auto codeact = std::make_shared<kinds::CodeActTool>(service.router, codeact_config, store,
                                                         std::nullopt, context.log);
@@ -395,7 +406,6 @@ Service build_service(const McpOptions& options, Context& context) {
     }
     service.server = std::make_unique<mcp::McpServer>(config, service.router, std::move(codeact),
                                                       std::move(shell), context.log);
-    const auto& backend = service.router->backend();
     context.log->info("backend {} (isolation {}), floor {}, egress {}", backend->name(),
                       to_string(backend->isolation()), to_string(floor),
                       settings.egress_allow.empty() ? "closed" : "allowlist");
@@ -424,13 +434,19 @@ Task<void> serve_http_until_signal(mcp::McpHttpServer& http) {
 }
 
 void run(const McpOptions& flags, const std::optional<std::string>& config_path, Context& context) {
-    context.log->set_level(spdlog::level::info);
+    if (!context.log_level_chosen) {
+        context.log->set_level(spdlog::level::info);
+    }
     const auto options = merge(config_path ? read_config(*config_path) : McpOptions{}, flags);
     // Declared before the service, so it outlives it: the backends' pooled connections (ACAS) are
     // bound to it and close their sockets through it when the service goes.
     asio::io_context io;
     auto service = build_service(options, context);
 
+    if (service.image) {
+        run_blocking(io, check_image(*service.router->backend(), *service.image));
+        io.restart();
+    }
     std::exception_ptr failure;
     auto finished = [&](std::exception_ptr error) {
         failure = error;
@@ -504,19 +520,30 @@ void add_mcp_command(CLI::App& app, Context& context) {
     command->add_option(
         "--max-output-files", flags->max_output_files,
         fmt::format("Files one call may return (default {})", kDefaultTransferLimits.max_files));
-    command->add_option("--max-output-file-bytes", flags->max_output_file_bytes,
-                        fmt::format("Bytes per returned file (default {})",
-                                    kDefaultTransferLimits.max_bytes_per_file));
-    command->add_option("--max-output-call-bytes", flags->max_output_call_bytes,
-                        fmt::format("Bytes all files of one call may total (default {})",
-                                    kDefaultTransferLimits.max_total_bytes));
-    command->add_option("--max-inline-image-bytes", flags->max_inline_image_bytes,
-                        fmt::format("Images up to this size come back inline as image content "
-                                    "(default {})",
-                                    mcp::kDefaultMaxInlineImageBytes));
-    command->add_option("--timeout", flags->timeout, "Seconds a program may run (default 60)");
-    command->add_option("--max-output", flags->max_output,
-                        "Bytes per output stream; more is refused, not truncated");
+    command
+        ->add_option("--max-output-file-bytes", flags->max_output_file_bytes,
+                     fmt::format("Bytes per returned file (default {})",
+                                 kDefaultTransferLimits.max_bytes_per_file))
+        ->transform(byte_size());
+    command
+        ->add_option("--max-output-call-bytes", flags->max_output_call_bytes,
+                     fmt::format("Bytes all files of one call may total (default {})",
+                                 kDefaultTransferLimits.max_total_bytes))
+        ->transform(byte_size());
+    command
+        ->add_option("--max-inline-image-bytes", flags->max_inline_image_bytes,
+                     fmt::format("Images up to this size come back inline as image content "
+                                 "(default {})",
+                                 mcp::kDefaultMaxInlineImageBytes))
+        ->transform(byte_size());
+    command
+        ->add_option("--timeout", flags->timeout,
+                     "How long a program may run: seconds, or 90s, 2m (default 60)")
+        ->transform(duration());
+    command
+        ->add_option("--max-output", flags->max_output,
+                     "Per output stream, e.g. 64K; more is refused, not truncated")
+        ->transform(byte_size());
     command->add_option("--scope", flags->scope, "The sandbox key's scope for every session");
     command->add_option("--thread", flags->thread,
                         "The sandbox key's thread for every session (default: the session's id); "

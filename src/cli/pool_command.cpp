@@ -18,6 +18,7 @@
 #include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/local/shared_pool.hpp"
 #include "maf_sandbox/runtime/wire/registry.hpp"
+#include "option_parsing.hpp"
 
 namespace maf_sandbox::cli {
 
@@ -53,12 +54,12 @@ void add_pool_command(CLI::App& app, Context& context) {
             "set", "Keep SIZE sandboxes ready for `run` with these flags (0 removes the pool)");
         command->add_option("--size", options->size, "How many to keep ready")->required();
         command->add_option("--image", options->image, "Guest image (default host)");
-        command->add_option("--memory", options->memory, "Memory limit in bytes, as run's")
-            ->check(CLI::PositiveNumber);
+        command->add_option("--memory", options->memory, "Memory limit, as run's (e.g. 512M)")
+            ->transform(byte_size());
         command->add_option("--pids", options->pids, "Process limit, as run's")
-            ->check(CLI::PositiveNumber);
-        command->add_option("--disk", options->disk, "Writable layer size in bytes, as run's")
-            ->check(CLI::PositiveNumber);
+            ->transform(positive_count());
+        command->add_option("--disk", options->disk, "Writable layer size, as run's (e.g. 2G)")
+            ->transform(byte_size());
         command->callback([options] {
             local::SharedPoolSettings settings;
             settings.size = options->size;

@@ -1,7 +1,9 @@
 #include "maf_sandbox/net/http_client.hpp"
 
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 #include <sys/socket.h>
 
 #include <fmt/format.h>
@@ -22,6 +24,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "tls_context.hpp"
 #include "wire.hpp"
@@ -35,6 +38,26 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+// What made the handshake fail in certificate verification, in OpenSSL's words; nullopt when it
+// failed for another reason (a reset, a protocol mismatch), which a retry may get past.
+std::optional<std::string> verification_problem(TlsStream& tls, const boost::system::error_code& ec,
+                                                const std::string& host) {
+    const long result = SSL_get_verify_result(tls.native_handle());
+    // Our name check (the verify callback) refuses a trusted chain without an error code of its
+    // own, which OpenSSL reports as unspecified.
+    if (result == X509_V_ERR_UNSPECIFIED) {
+        return fmt::format("the certificate does not name {}", host);
+    }
+    if (result != X509_V_OK) {
+        return std::string(X509_verify_cert_error_string(result));
+    }
+    if (ec.category() == asio::error::get_ssl_category() &&
+        ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_CERTIFICATE_VERIFY_FAILED) {
+        return fmt::format("the certificate does not name {}", host);
+    }
+    return std::nullopt;
+}
 
 constexpr std::uint32_t kMaxResponseHeaderBytes = 64 * 1024;
 
@@ -253,6 +276,14 @@ struct HttpClient::Impl {
                                     "deadline",
                                     url.authority()),
                         RequestPhase::not_sent);
+                }
+                if (auto problem = verification_problem(*connection->tls, ec, url.host)) {
+                    throw TlsVerificationFailed(
+                        fmt::format("the TLS certificate of {} was not accepted: {}; this is not "
+                                    "retried. If the server's certificate is signed by a private "
+                                    "CA, trust that CA's certificate (a CA file)",
+                                    url.authority(), *problem),
+                        *problem);
                 }
                 throw ConnectFailed(fmt::format(
                     "the TLS handshake with {} failed: {}; check the server certificate and the "

@@ -120,6 +120,30 @@ TEST(AcasClient, RetriesAnIdempotentRequestThrough429And5xxKeepingOneRequestId) 
     EXPECT_EQ(client.stats().retries, 4u);
 }
 
+TEST(AcasClient, AnUntrustedCertificateIsNeverRetriedAndItsMessageNamesTheProblemAndTheFix) {
+    Fake fake([](const net::HttpRequest&, int) { return answer(200, kSandbox); });
+    boost::asio::io_context io;
+    auto options = fake.options();
+    options.ca_file.reset();  // the forgotten CA file: only the system store, which lacks ours
+    AcasClient client(io.get_executor(), options);
+    try {
+        drive(io, client.get_sandbox("sb-1", deadline_after(Seconds{20})));
+        FAIL() << "an unknown CA was trusted";
+    } catch (const AcasServiceUnreachable& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("TLS certificate was not accepted: self-signed certificate in "
+                               "certificate chain"),
+                  std::string::npos)
+            << message;
+        EXPECT_NE(message.find("--ca-file FILE (ACAS_SANDBOX_CA_FILE"), std::string::npos)
+            << message;
+        EXPECT_EQ(message.find("check the network"), std::string::npos) << message;
+    }
+    EXPECT_EQ(client.stats().requests, 1u);
+    EXPECT_EQ(client.stats().retries, 0u);
+    EXPECT_TRUE(fake.requests().empty());
+}
+
 TEST(AcasClient, RetriesAtLeastTenTimesThenGivesUp) {
     Fake fake([](const net::HttpRequest&, int) { return answer(502); });
     boost::asio::io_context io;

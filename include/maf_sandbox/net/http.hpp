@@ -99,6 +99,20 @@ class ConnectFailed : public NetError {
     std::string_view type_name() const noexcept override { return "ConnectFailed"; }
 };
 
+// The server's certificate was not accepted: its chain does not reach a trusted CA, it has
+// expired, or it names another host. Retrying cannot change that, so callers do not retry it;
+// problem() is OpenSSL's own account of the verification failure.
+class TlsVerificationFailed : public ConnectFailed {
+  public:
+    TlsVerificationFailed(const std::string& message, std::string problem)
+        : ConnectFailed(message), problem_(std::move(problem)) {}
+    std::string_view type_name() const noexcept override { return "TlsVerificationFailed"; }
+    const std::string& problem() const noexcept { return problem_; }
+
+  private:
+    std::string problem_;
+};
+
 // The request went out and the connection failed before a complete response arrived (reset, EOF,
 // malformed response): always RequestPhase::sent.
 class ResponseFailed : public NetError {
