@@ -153,7 +153,7 @@ ms::Task<int> run(const Options& options, std::shared_ptr<spdlog::logger> log) {
                                 provenance.backend, ms::to_string(provenance.isolation),
                                 ms::to_string(provenance.egress)));
 
-    ms::kinds::CallerContext caller{scope, thread, "demo-agent", nullptr, std::nullopt};
+    ms::kinds::CallerContext caller{scope, thread, "demo-agent", nullptr, {}, std::nullopt};
     // Named first: g++ 12 miscompiles braced temporaries inside a co_await expression.
     ms::kinds::CodeActArguments arguments;
     arguments.code = kAnalysis;
