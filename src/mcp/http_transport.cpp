@@ -243,7 +243,7 @@ struct McpHttpServer::Impl : std::enable_shared_from_this<McpHttpServer::Impl> {
             session = it->second.session;
         }
 
-        if (!fresh && asks_for_progress(*object) &&
+        if (!fresh && object != nullptr && asks_for_progress(*object) &&
             detail::accepts_event_stream(request.headers.get("Accept"))) {
             co_return co_await answer_as_events(session, std::move(request.body), object->at("id"));
         }

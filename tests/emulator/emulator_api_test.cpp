@@ -169,7 +169,7 @@ TEST_F(EmulatorApi, FilePlaneSharesOneFilesystemWithExecAndReportsLivePayloadFie
     HttpRequest fifo;
     fifo.target =
         process_->base_url() + kGroup + "/sandboxes/" + id + "/files?" + kApi + "&path=/w/pipe";
-    fifo.headers.set("Authorization", "Bearer t");
+    fifo.headers.set("Authorization", "Bearer test-token");
     EXPECT_THROW(run_blocking(io, sdk->client().send(fifo, net::RequestOptions{Seconds(1), {}})),
                  net::DeadlineExceeded);
     // mkdir, delete, 404.
