@@ -266,23 +266,28 @@ std::string image_state(SdkClient& sdk, const std::string& id) {
                            : std::string();
 }
 
+// An image the registry stand-in holds as r.io/tiny:1 (a rootfs tarball of 512 KiB), added to the
+// emulator's state in `state` before its disk fills; an import copies it into the runtime's image
+// store on the same disk. False when the tarball or the registry entry could not be made.
+bool add_tiny_registry_image(const std::filesystem::path& work,
+                             const std::filesystem::path& state) {
+    const auto rootfs = work / "rootfs";
+    std::filesystem::create_directories(rootfs / "etc");
+    std::ofstream(rootfs / "etc" / "payload") << std::string(512 * 1024, 'p');
+    const auto tarball = work / "rootfs.tar";
+    return std::system(
+               fmt::format("tar -C '{}' -cf '{}' .", rootfs.string(), tarball.string()).c_str()) ==
+               0 &&
+           std::system(fmt::format("'{}' images add '{}' --ref r.io/tiny:1 --state-dir '{}' "
+                                   ">/dev/null",
+                                   ACAS_EMULATOR_PATH, tarball.string(), state.string())
+                           .c_str()) == 0;
+}
+
 TEST(EmulatorRecovery, ADiskImageImportThatFindsNoSpaceStaysPendingAndIsReadyOnceSpaceReturns) {
     TempDir dir;
     SmallTmpfs disk(dir.path() / "state", "64m");
-    // An image the registry stand-in holds (a rootfs tarball of 512 KiB), added before the disk
-    // fills; the import copies it into the runtime's image store on the same disk.
-    const auto rootfs = dir.path() / "rootfs";
-    std::filesystem::create_directories(rootfs / "etc");
-    std::ofstream(rootfs / "etc" / "payload") << std::string(512 * 1024, 'p');
-    const auto tarball = dir.path() / "rootfs.tar";
-    ASSERT_EQ(std::system(
-                  fmt::format("tar -C '{}' -cf '{}' .", rootfs.string(), tarball.string()).c_str()),
-              0);
-    ASSERT_EQ(std::system(fmt::format("'{}' images add '{}' --ref r.io/tiny:1 --state-dir '{}' "
-                                      ">/dev/null",
-                                      ACAS_EMULATOR_PATH, tarball.string(), disk.path().string())
-                              .c_str()),
-              0);
+    ASSERT_TRUE(add_tiny_registry_image(dir.path(), disk.path()));
     boost::asio::io_context io;
     EmulatorProcess emulator(disk.path());
     SdkClient sdk(io, disk.path() / "ca.pem", emulator.base_url());
@@ -322,18 +327,7 @@ TEST(EmulatorRecovery, ADiskImageImportThatFindsNoSpaceStaysPendingAndIsReadyOnc
 TEST(EmulatorRecovery, AnImportPendingWhenTheEmulatorIsKilledIsResumedByTheRestart) {
     TempDir dir;
     SmallTmpfs disk(dir.path() / "state", "64m");
-    const auto rootfs = dir.path() / "rootfs";
-    std::filesystem::create_directories(rootfs / "etc");
-    std::ofstream(rootfs / "etc" / "payload") << std::string(512 * 1024, 'p');
-    const auto tarball = dir.path() / "rootfs.tar";
-    ASSERT_EQ(std::system(
-                  fmt::format("tar -C '{}' -cf '{}' .", rootfs.string(), tarball.string()).c_str()),
-              0);
-    ASSERT_EQ(std::system(fmt::format("'{}' images add '{}' --ref r.io/tiny:1 --state-dir '{}' "
-                                      ">/dev/null",
-                                      ACAS_EMULATOR_PATH, tarball.string(), disk.path().string())
-                              .c_str()),
-              0);
+    ASSERT_TRUE(add_tiny_registry_image(dir.path(), disk.path()));
     boost::asio::io_context io;
     std::string id;
     {
