@@ -23,7 +23,8 @@ bool same(const ExecCall& a, const ExecCall& b) {
     return a.command == b.command && a.cwd == b.cwd && a.env == b.env &&
            a.max_output_bytes == b.max_output_bytes && a.timeout == b.timeout &&
            a.wait_for_output_eof == b.wait_for_output_eof &&
-           a.kill_past_output_cap == b.kill_past_output_cap;
+           a.kill_past_output_cap == b.kill_past_output_cap && a.interactive == b.interactive &&
+           a.tty == b.tty && (!a.tty || (a.rows == b.rows && a.cols == b.cols));
 }
 
 bool same(const ExecReply& a, const ExecReply& b) {

@@ -12,7 +12,7 @@ shift $(($# >= 2 ? 2 : 1))
 here=$(cd "$(dirname "$0")" && pwd)
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(spec_json guest_paths labels exec_call acas_wire mcp_jsonrpc emulator_routing id_ranges staged_names)
+  targets=(spec_json guest_paths labels exec_call acas_wire mcp_jsonrpc emulator_routing id_ranges staged_names exec_frames)
 fi
 
 mkdir -p "$build/artifacts"

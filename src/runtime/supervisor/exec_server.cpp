@@ -352,22 +352,28 @@ class Exec {
         if (!exec_wire::read_frame(connection_, type, payload, exec_wire::kMaxStdinChunk)) {
             return false;
         }
-        if (type == exec_wire::kStdinMore) {
-            if (payload.empty()) {
+        const auto frame = exec_wire::parse_host_frame(type, payload, tty);
+        if (!frame) {
+            return false;
+        }
+        switch (frame->kind) {
+            case exec_wire::HostFrame::Kind::close_stdin:
                 stdin_open = false;
-            } else if (stdin_open) {
-                pending_stdin_ += payload;
-            }
-            return true;
-        }
-        if (type == exec_wire::kResize && tty) {
-            winsize size{};
-            if (exec_wire::parse_resize(payload, size.ws_row, size.ws_col)) {
+                break;
+            case exec_wire::HostFrame::Kind::more_stdin:
+                if (stdin_open) {
+                    pending_stdin_ += frame->bytes;
+                }
+                break;
+            case exec_wire::HostFrame::Kind::resize: {
+                winsize size{};
+                size.ws_row = frame->rows;
+                size.ws_col = frame->cols;
                 ::ioctl(stdin_fd, TIOCSWINSZ, &size);
+                break;
             }
-            return true;
         }
-        return false;
+        return true;
     }
 
     void timed_out(const ExecCall& call, ExecReply& reply) {

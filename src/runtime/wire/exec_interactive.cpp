@@ -28,10 +28,7 @@ constexpr std::size_t kOutboxLimit = exec_wire::kMaxStdinChunk;
 class Outbox {
   public:
     void frame(char type, std::string_view payload) {
-        const auto header =
-            exec_wire::frame_header(type, static_cast<std::uint32_t>(payload.size()));
-        bytes_.append(header.data(), header.size());
-        bytes_ += payload;
+        exec_wire::append_frame(bytes_, type, payload);
     }
     bool empty() const noexcept { return bytes_.empty(); }
     bool has_room() const noexcept { return bytes_.size() < kOutboxLimit; }
@@ -75,12 +72,7 @@ InteractiveOutcome call_exec_interactive(const std::filesystem::path& socket, Ex
         std::tie(call.rows, call.cols) = io.window_size();
     }
     validate_exec_call(call);
-    const auto address = supervisor_address(socket);
-    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd ||
-        ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-        throw_exec_link_failure(socket, ExecLinkFailure::refused, std::strerror(errno));
-    }
+    UniqueFd fd(connect_supervisor(socket));
     if (!exec_wire::write_frame(fd.get(), exec_wire::kRequest,
                                 boost::json::serialize(exec_wire::to_json(call))) ||
         !exec_wire::write_frame(fd.get(), exec_wire::kStdin, call.stdin_bytes)) {

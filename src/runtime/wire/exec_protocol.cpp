@@ -83,6 +83,12 @@ std::uint32_t frame_payload_size(const char* header) noexcept {
     return size;
 }
 
+void append_frame(std::string& out, char type, std::string_view payload) {
+    const auto header = frame_header(type, static_cast<std::uint32_t>(payload.size()));
+    out.append(header.data(), header.size());
+    out += payload;
+}
+
 bool write_frame(int fd, char type, std::string_view payload) noexcept {
     const auto header = frame_header(type, static_cast<std::uint32_t>(payload.size()));
     return send_both(fd, std::string_view(header.data(), header.size()), payload);
@@ -104,13 +110,11 @@ bool read_frame(int fd, char& type, std::string& payload, std::uint32_t max_payl
 
 std::string request_prefix(const ExecCall& call) {
     const auto request = json::serialize(to_json(call));
-    const auto request_header = frame_header(kRequest, static_cast<std::uint32_t>(request.size()));
     const auto stdin_header =
         frame_header(kStdin, static_cast<std::uint32_t>(call.stdin_bytes.size()));
     std::string prefix;
     prefix.reserve(2 * kFrameHeaderBytes + request.size());
-    prefix.append(request_header.data(), request_header.size());
-    prefix += request;
+    append_frame(prefix, kRequest, request);
     prefix.append(stdin_header.data(), stdin_header.size());
     return prefix;
 }
@@ -130,6 +134,20 @@ bool parse_resize(std::string_view payload, std::uint16_t& rows, std::uint16_t& 
     rows = static_cast<std::uint16_t>(byte(0) | (byte(1) << 8));
     cols = static_cast<std::uint16_t>(byte(2) | (byte(3) << 8));
     return true;
+}
+
+std::optional<HostFrame> parse_host_frame(char type, std::string_view payload, bool tty) noexcept {
+    HostFrame frame;
+    if (type == kStdinMore && payload.size() <= kMaxStdinChunk) {
+        frame.kind = payload.empty() ? HostFrame::Kind::close_stdin : HostFrame::Kind::more_stdin;
+        frame.bytes = payload;
+        return frame;
+    }
+    if (type == kResize && tty && parse_resize(payload, frame.rows, frame.cols)) {
+        frame.kind = HostFrame::Kind::resize;
+        return frame;
+    }
+    return std::nullopt;
 }
 
 json::value to_json(const ExecCall& call) {
@@ -190,10 +208,11 @@ ExecCall exec_call_from_json(const json::value& value) {
     if (const auto* v = in.if_contains("kill_past_output_cap"); v != nullptr && v->is_bool()) {
         call.kill_past_output_cap = v->as_bool();
     }
-    if (const auto* v = in.if_contains("interactive"); v != nullptr && v->is_bool()) {
+    // Absent from non-interactive requests; present, they must say yes or no (as_bool throws).
+    if (const auto* v = in.if_contains("interactive")) {
         call.interactive = v->as_bool();
     }
-    if (const auto* v = in.if_contains("tty"); v != nullptr && v->is_bool()) {
+    if (const auto* v = in.if_contains("tty")) {
         call.tty = v->as_bool();
         call.interactive = call.interactive || call.tty;
     }
@@ -285,6 +304,16 @@ sockaddr_un supervisor_address(const std::filesystem::path& socket) {
     return address;
 }
 
+int connect_supervisor(const std::filesystem::path& socket) {
+    const auto address = supervisor_address(socket);
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd ||
+        ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+        throw_exec_link_failure(socket, ExecLinkFailure::refused, std::strerror(errno));
+    }
+    return fd.release();
+}
+
 void throw_exec_link_failure(const std::filesystem::path& socket, ExecLinkFailure failure,
                              std::string_view detail) {
     std::string what;
@@ -338,12 +367,7 @@ bool ExecReplyCollector::take(char type, std::string_view payload) {
 ExecReply call_exec(const std::filesystem::path& socket, const ExecCall& call,
                     std::chrono::milliseconds grace, const ExecOutputCallback& on_output) {
     validate_exec_call(call);
-    const auto address = supervisor_address(socket);
-    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd ||
-        ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-        throw_exec_link_failure(socket, ExecLinkFailure::refused, std::strerror(errno));
-    }
+    UniqueFd fd(connect_supervisor(socket));
     if (!exec_wire::send_both(fd.get(), exec_wire::request_prefix(call), call.stdin_bytes)) {
         throw_exec_link_failure(socket, ExecLinkFailure::hung_up_on_request);
     }

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -129,6 +130,11 @@ enum class ExecLinkFailure {
 [[noreturn]] void throw_exec_link_failure(const std::filesystem::path& socket,
                                           ExecLinkFailure failure, std::string_view detail = {});
 
+// A connected stream socket to the supervisor at `socket` (close-on-exec). Throws
+// SandboxOutputUnreachable (refused) when nothing answers there, InvalidArgument when the path is
+// too long for a socket address.
+int connect_supervisor(const std::filesystem::path& socket);
+
 // The host's reading of the supervisor's answer, frame by frame, however the frames are read:
 // keeps at most `max_output_bytes` of each stream (a chunk that would pass the cap is dropped;
 // the totals in the result still count it) and completes the reply at the result frame.
@@ -173,6 +179,9 @@ std::uint32_t frame_payload_size(const char* header) noexcept;
 // header. The stdin bytes follow as they are (never copied into one buffer with the rest).
 std::string request_prefix(const ExecCall& call);
 
+// Appends one whole frame (header, then payload) to `out`.
+void append_frame(std::string& out, char type, std::string_view payload);
+
 // Blocking; EINTR-safe. write_frame returns false when the peer is gone.
 bool write_frame(int fd, char type, std::string_view payload) noexcept;
 // Reads one frame with at most `max_payload` bytes; false on EOF, error or oversize.
@@ -182,7 +191,25 @@ bool read_frame(int fd, char& type, std::string& payload, std::uint32_t max_payl
 std::string resize_payload(std::uint16_t rows, std::uint16_t cols);
 bool parse_resize(std::string_view payload, std::uint16_t& rows, std::uint16_t& cols) noexcept;
 
+// What one frame from an interactive exec's host asks of the supervisor. `bytes` views the
+// payload the frame was parsed from.
+struct HostFrame {
+    enum class Kind { more_stdin, close_stdin, resize };
+    Kind kind = Kind::more_stdin;
+    std::string_view bytes;  // more_stdin: never empty
+    std::uint16_t rows = 0;  // resize
+    std::uint16_t cols = 0;
+};
+// The supervisor's reading of a host's frame after the request: an 'i' of at most kMaxStdinChunk
+// bytes (empty: stdin closes), or, on a terminal (`tty`), a 'W' of exactly 4 bytes. nullopt for
+// what no host sends: any other type, a 'W' without a terminal, a 'W' of another size, an 'i'
+// past the chunk size. The supervisor ends the exec on nullopt, as on a hang-up.
+std::optional<HostFrame> parse_host_frame(char type, std::string_view payload, bool tty) noexcept;
+
 boost::json::value to_json(const ExecCall& call);  // everything but stdin
+// Throws std::exception (boost's system_error or std::out_of_range / invalid_argument) for a
+// malformed request: not an object, a missing or mistyped field, `interactive` or `tty` present
+// but not a boolean, a terminal without `rows` and `cols` that fit 16 bits.
 ExecCall exec_call_from_json(const boost::json::value& json);
 boost::json::value to_json(const ExecReply& reply);  // everything but the heads
 void apply_result_json(const boost::json::value& json, ExecReply& reply);
