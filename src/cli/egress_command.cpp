@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli.hpp"
+#include "maf_sandbox/core/egress_audit.hpp"
 #include "maf_sandbox/local/local_backend.hpp"
 #include "maf_sandbox/runtime/egress/egress.hpp"
 
@@ -23,14 +24,7 @@ struct EgressLogOptions {
 
 // RFC 3339 in UTC with milliseconds, as the decision log itself writes times.
 std::string utc_time(std::chrono::system_clock::time_point time) {
-    const auto ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(time.time_since_epoch()).count();
-    const time_t seconds = static_cast<time_t>(ms / 1000);
-    tm parts{};
-    ::gmtime_r(&seconds, &parts);
-    return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", parts.tm_year + 1900,
-                       parts.tm_mon + 1, parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec,
-                       ms % 1000);
+    return egress_time_text(time);
 }
 
 }  // namespace
